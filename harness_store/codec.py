@@ -1,0 +1,96 @@
+"""The one msgpack codec for every value of `harness_store.values` (DESIGN §3).
+
+A dataclass becomes a map with a type tag (`"~t": "Harness"`); tuples travel as arrays and come back
+as tuples where the field is annotated as one. `canonical` sorts every map so that equal values
+encode to equal bytes, which is what content ids (harness ids, trajectory ids, blob names) hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import typing
+from functools import cache
+from typing import Any
+
+import msgpack
+
+from harness_store import values
+
+TAG = "~t"
+
+_TYPES: dict[str, type] = {
+    name: obj
+    for name, obj in vars(values).items()
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == values.__name__
+}
+
+
+class CodecError(ValueError):
+    pass
+
+
+@cache
+def _tuple_fields(cls: type) -> frozenset[str]:
+    hints = typing.get_type_hints(cls)
+    return frozenset(
+        name for name, hint in hints.items() if typing.get_origin(hint) is tuple or hint is tuple
+    )
+
+
+def to_plain(value: Any, *, sort: bool = False) -> Any:
+    """Value -> msgpack-ready structure (maps, arrays, scalars)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        if _TYPES.get(name) is not type(value):
+            raise CodecError(f"{type(value).__qualname__} is not a registered value type")
+        out: dict[str, Any] = {TAG: name}
+        for f in dataclasses.fields(value):
+            out[f.name] = to_plain(getattr(value, f.name), sort=sort)
+        return dict(sorted(out.items())) if sort else out
+    if isinstance(value, dict):
+        items = ((k, to_plain(v, sort=sort)) for k, v in value.items())
+        if sort:
+            return dict(sorted(items, key=lambda kv: str(kv[0])))
+        return dict(items)
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v, sort=sort) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool, bytes)):
+        return value
+    raise CodecError(f"cannot encode {type(value).__qualname__}")
+
+
+def _hook(obj: dict[str, Any]) -> Any:
+    name = obj.get(TAG)
+    if name is None:
+        return obj
+    cls = _TYPES.get(name)
+    if cls is None:
+        raise CodecError(f"unknown type tag {name!r}")
+    tuples = _tuple_fields(cls)
+    kwargs = {k: (tuple(v) if k in tuples and isinstance(v, list) else v) for k, v in obj.items() if k != TAG}
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise CodecError(f"cannot decode {name}: {e}") from e
+
+
+def encode(value: Any) -> bytes:
+    return msgpack.packb(to_plain(value), use_bin_type=True)
+
+
+def decode(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, object_hook=_hook, strict_map_key=False)
+
+
+def canonical(value: Any) -> bytes:
+    return msgpack.packb(to_plain(value, sort=True), use_bin_type=True)
+
+
+def content_id(value: Any) -> str:
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def from_plain(obj: Any) -> Any:
+    """The inverse of `to_plain` for structures that arrive as JSON (e.g. from a model)."""
+    return decode(msgpack.packb(obj, use_bin_type=True))

@@ -1,0 +1,324 @@
+"""Every value that crosses a process boundary (DESIGN §3), as frozen dataclasses.
+
+The store persists all of them, so they live here, beside the codec that encodes them
+(`harness_store.codec`). Mutable containers never appear in a value: sequences are tuples and
+JSON-like payloads (tool schemas, hook params, OpenAI messages) are plain dicts that no code
+mutates after construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+HookEvent = Literal["before_call", "after_call", "on_turn", "on_finish"]
+HOOK_EVENTS: tuple[str, ...] = ("before_call", "after_call", "on_turn", "on_finish")
+
+ContextStrategy = Literal["keep-all", "truncate-middle", "summarise", "pin-notes"]
+CONTEXT_STRATEGIES: tuple[str, ...] = ("keep-all", "truncate-middle", "summarise", "pin-notes")
+
+ErrorKind = Literal["none", "task", "infra"]
+
+
+# --------------------------------------------------------------------------------------- harness
+@dataclass(frozen=True)
+class PromptSection:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call. `impl` names the environment tool that executes it, so an edit
+    can rename or re-describe a tool without touching the environment."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    impl: str
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    event: str
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContextPolicy:
+    strategy: str = "keep-all"
+    token_budget: int = 32_000
+    keep_last: int = 6  # messages always kept verbatim at the tail (truncate-middle, summarise)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Harness:
+    family: str
+    system_prompt: tuple[PromptSection, ...]
+    tools: tuple[ToolSpec, ...]
+    hooks: tuple[HookSpec, ...] = ()
+    context: ContextPolicy = ContextPolicy()
+    recipes: tuple[Recipe, ...] = ()
+    max_turns: int = 24
+
+    @property
+    def id(self) -> str:
+        from harness_store.codec import content_id
+
+        return content_id(self)
+
+    def section(self, name: str) -> PromptSection | None:
+        return next((s for s in self.system_prompt if s.name == name), None)
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def render_system(self) -> str:
+        """The system message the executor sends: sections in order, then the recipes."""
+        parts = [s.text.strip() for s in self.system_prompt if s.text.strip()]
+        if self.recipes:
+            parts.append("Domain notes:\n" + "\n".join(f"- {r.name}: {r.text.strip()}" for r in self.recipes))
+        return "\n\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------- harness edits
+@dataclass(frozen=True)
+class SetSection:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class AppendSection:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RemoveSection:
+    name: str
+
+
+@dataclass(frozen=True)
+class AddTool:
+    tool: ToolSpec
+
+
+@dataclass(frozen=True)
+class AlterTool:
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RemoveTool:
+    name: str
+
+
+@dataclass(frozen=True)
+class AddHook:
+    hook: HookSpec
+
+
+@dataclass(frozen=True)
+class RemoveHook:
+    event: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class SetContextPolicy:
+    policy: ContextPolicy
+
+
+@dataclass(frozen=True)
+class AddRecipe:
+    recipe: Recipe
+
+
+@dataclass(frozen=True)
+class SetMaxTurns:
+    max_turns: int
+
+
+EditOp = (
+    SetSection
+    | AppendSection
+    | RemoveSection
+    | AddTool
+    | AlterTool
+    | RemoveTool
+    | AddHook
+    | RemoveHook
+    | SetContextPolicy
+    | AddRecipe
+    | SetMaxTurns
+)
+
+
+@dataclass(frozen=True)
+class HarnessEdit:
+    ops: tuple[EditOp, ...]
+    rationale: str = ""
+    targets: str = ""  # the failure (category or trajectory id) the edit targets
+
+
+# ----------------------------------------------------------------------------------- models, tasks
+@dataclass(frozen=True)
+class ModelRef:
+    """`provider/model[@adapter]`, e.g. `hosted_vllm/qwen3-coder@adapter-7`, `synthetic/weak`."""
+
+    provider: str
+    model: str
+    adapter: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ModelRef:
+        route, _, adapter = text.partition("@")
+        provider, sep, model = route.partition("/")
+        if not sep or not provider or not model or (_ and not adapter):
+            raise ValueError(f"model ref {text!r} is not of the form provider/model[@adapter]")
+        return cls(provider, model, adapter or None)
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model}" + (f"@{self.adapter}" if self.adapter else "")
+
+
+@dataclass(frozen=True)
+class TaskInstance:
+    family: str
+    id: str
+    split: str
+    seed: int
+    instruction: str
+    params: dict[str, Any] = field(default_factory=dict)  # difficulty/size knobs it was generated with
+
+
+@dataclass(frozen=True)
+class Outcome:
+    passed: bool
+    score: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    index: int
+    tool_calls: tuple[dict[str, Any], ...]  # {"id", "name", "arguments"}
+    tool_results: tuple[str, ...]
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    events: tuple[str, ...] = ()  # hook firings, context-policy actions, error observations
+    cause: dict[str, Any] | None = None  # a synthetic model's recorded failure cause, if any
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    instance: TaskInstance
+    harness_id: str
+    model: str
+    seed: int
+    messages: tuple[dict[str, Any], ...]
+    turns: tuple[TurnRecord, ...]
+    outcome: Outcome | None
+    error: str = "none"  # none / task / infra
+    error_detail: str = ""
+    cost_usd: float = 0.0
+
+    @property
+    def id(self) -> str:
+        from harness_store.codec import content_id
+
+        return content_id(self)
+
+    @property
+    def passed(self) -> bool:
+        return self.error == "none" and self.outcome is not None and self.outcome.passed
+
+    @property
+    def tokens(self) -> int:
+        return sum(t.prompt_tokens + t.completion_tokens for t in self.turns)
+
+    @property
+    def causes(self) -> tuple[dict[str, Any], ...]:
+        return tuple(t.cause for t in self.turns if t.cause)
+
+
+# ------------------------------------------------------------------------ correction and training
+@dataclass(frozen=True)
+class FailureLocus:
+    trajectory_id: str
+    turn_index: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Correction:
+    locus: FailureLocus
+    strategy: str
+    tool_call: dict[str, Any]
+    candidates: tuple[dict[str, Any], ...] = ()  # {"strategy", "tool_call", "score"}
+    replay_passed: bool | None = None
+
+
+@dataclass(frozen=True)
+class TrainingRow:
+    messages: tuple[dict[str, Any], ...]  # assistant messages carry "train": bool
+    tools: tuple[dict[str, Any], ...]
+    provenance: dict[str, Any]  # {"kind": corrected/self-pass/expert-full, sources...}
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    id: str
+    base_model: str
+    path: str
+    dataset_hash: str
+    train_config: dict[str, Any]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FailureLabel:
+    category: str  # other / tool-use / instruction-following / implicit-knowledge / long-context / planning
+    rationale: str
+
+
+FAILURE_CATEGORIES: tuple[str, ...] = (
+    "other",
+    "tool-use",
+    "instruction-following",
+    "implicit-knowledge",
+    "long-context",
+    "planning",
+)
+
+
+# ------------------------------------------------------------------------------------ run records
+@dataclass(frozen=True)
+class EvalSummary:
+    family: str
+    split: str
+    harness_id: str
+    model: str
+    seed: int
+    n: int
+    passed: int
+    errors: dict[str, int]
+    mean_turns: float
+    total_tokens: int
+    cost_usd: float
+
+    @property
+    def pass_rate(self) -> float:
+        scored = self.n - self.errors.get("infra", 0)
+        return self.passed / scored if scored else 0.0
