@@ -1,0 +1,176 @@
+"""The executor pool: Ray actors wrapping `agents.executor.Executor`.
+
+One actor call per rollout (a round trip costs ~1-2 ms; per-turn calls would dominate), values cross
+the wire msgpack-encoded by the one codec, and each harness is put in the object store once per
+batch. Actors are async, so one actor keeps many rollouts in flight while they wait on model servers.
+Results come back in submission order. If an actor dies mid-batch its in-flight rollouts are re-run
+on a replacement actor: no rollout is lost.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import structlog
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+from agents.executor import Executor
+from harness_store.codec import decode, encode
+from harness_store.values import Harness, TaskInstance, Trajectory
+from services.gateway import Gateway
+from services.logs import configure_logging
+
+log = structlog.get_logger(role="pool")
+ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
+
+
+@dataclass(frozen=True)
+class RolloutJob:
+    instance: TaskInstance
+    harness: Harness
+    model: str
+    seed: int = 0
+
+
+class RolloutWorker:
+    """Plain class; `RolloutPool` makes it a Ray actor at launch."""
+
+    def __init__(self) -> None:
+        configure_logging()
+        self.executor = Executor(Gateway())
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    async def rollout(self, instance: bytes, harness: bytes, model: str, seed: int) -> bytes:
+        traj = await self.executor.rollout(decode(instance), decode(harness), model, seed)
+        return encode(traj)
+
+
+class RolloutPool:
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        max_concurrency: int = 256,
+        num_cpus: float = 0.5,
+        env: dict[str, str] | None = None,
+        max_replacements: int = 8,
+    ):
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.max_concurrency = max_concurrency
+        self.num_cpus = num_cpus
+        env_vars = {k: v for k, v in os.environ.items() if k.startswith(("COEVOLVE_", "LITELLM_"))}
+        env_vars.update(env or {})
+        self._env = env_vars
+        self.max_replacements = max_replacements
+        self.replacements = 0
+        self.actors = [self._spawn() for _ in range(workers)]
+        ray.get([a.ready.remote() for a in self.actors])
+
+    def _spawn(self) -> Any:
+        cls = ray.remote(RolloutWorker)
+        return cls.options(
+            num_cpus=self.num_cpus,
+            max_concurrency=self.max_concurrency,
+            runtime_env={"env_vars": self._env},
+        ).remote()
+
+    def run(
+        self,
+        jobs: Sequence[RolloutJob],
+        on_result: Callable[[int, Trajectory], None] | None = None,
+        progress: bool = False,
+        description: str = "rollouts",
+    ) -> list[Trajectory]:
+        """Run every job; return trajectories in submission order."""
+        if not jobs:
+            return []
+        harness_refs: dict[str, Any] = {}
+        payloads = []
+        for job in jobs:
+            hid = job.harness.id
+            if hid not in harness_refs:
+                harness_refs[hid] = ray.put(encode(job.harness))
+            payloads.append((encode(job.instance), harness_refs[hid], job.model, job.seed))
+        results: list[Trajectory | None] = [None] * len(jobs)
+        pending: dict[Any, tuple[int, Any]] = {}  # ref -> (job index, actor)
+        next_actor = 0
+
+        def submit(i: int) -> None:
+            nonlocal next_actor
+            actor = self.actors[next_actor % len(self.actors)]
+            next_actor += 1
+            inst, href, model, seed = payloads[i]
+            pending[actor.rollout.remote(inst, href, model, seed)] = (i, actor)
+
+        for i in range(len(jobs)):
+            submit(i)
+        bar = _Progress(len(jobs), description) if progress else None
+        done = 0
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=None)
+                for ref in ready:
+                    i, actor = pending.pop(ref)
+                    try:
+                        traj = decode(ray.get(ref))
+                    except ACTOR_LOST as e:
+                        self._replace(actor, e)
+                        submit(i)
+                        continue
+                    results[i] = traj
+                    done += 1
+                    if bar:
+                        bar.update(done, traj)
+                    if on_result:
+                        on_result(i, traj)
+        finally:
+            if bar:
+                bar.close()
+        return [r for r in results if r is not None]
+
+    def _replace(self, actor: Any, error: Exception) -> None:
+        if actor not in self.actors:
+            return  # already replaced (several in-flight rollouts report the same death)
+        self.replacements += 1
+        if self.replacements > self.max_replacements:
+            raise RuntimeError(f"rollout actors keep dying ({self.replacements} replaced): {error}") from error
+        log.warning("rollout actor lost; re-running its rollouts on a new actor", error=str(error)[:200])
+        self.actors[self.actors.index(actor)] = self._spawn()
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []
+
+
+class _Progress:
+    def __init__(self, total: int, description: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.passed = 0
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("pass {task.fields[passed]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self.task = self.progress.add_task(description, total=total, passed=0)
+        self.progress.start()
+
+    def update(self, done: int, traj: Trajectory) -> None:
+        self.passed += traj.passed
+        self.progress.update(self.task, completed=done, passed=self.passed)
+
+    def close(self) -> None:
+        self.progress.stop()

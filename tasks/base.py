@@ -1,0 +1,249 @@
+"""The task protocol every family implements (DESIGN §6) and the synthetic-agent contract (DESIGN §5).
+
+A family is a seeded generator of instances with fixed splits, an environment per instance exposing
+JSON-schema tools, a checker over the final service state, and a reference solution written as a
+*plan of steps*. `plan(instance, knowledge)` returns the steps an agent with that knowledge would
+take: with full knowledge it is the reference solution; with a fact missing, a constraint unnoticed
+or an observation cut, some step's arguments differ (the plausible wrong branch). The sequence of
+tools never depends on knowledge, only the arguments do, so steps align across knowledge levels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness_store.values import Harness, Outcome, PromptSection, TaskInstance, ToolSpec
+
+SPLITS = ("train", "val", "test")
+MAX_ARG_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class DomainFact:
+    """A piece of domain knowledge. It counts as *stated* when any cue phrase appears in the text
+    the agent can see (case-insensitive)."""
+
+    id: str
+    statement: str
+    cues: tuple[str, ...]
+    common: bool = False  # a weak model knows it without being told
+
+    def stated_in(self, text: str) -> bool:
+        low = text.lower()
+        return any(c.lower() in low for c in self.cues)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """An instruction constraint a careless agent skips unless the harness reinforces it."""
+
+    id: str
+    statement: str
+    cues: tuple[str, ...]
+
+    def stated_in(self, text: str) -> bool:
+        low = text.lower()
+        return any(c.lower() in low for c in self.cues)
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    facts: frozenset[str]
+    constraints: frozenset[str]  # instruction constraints the agent heeds
+    cut: frozenset[int] = frozenset()  # plan steps whose observation the agent could not see in full
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    tool: str
+    args: dict[str, Any]
+    facts: tuple[str, ...] = ()  # facts that shape this step's arguments
+    uses: tuple[int, ...] = ()  # earlier steps whose observations this step reads
+    constraint: str | None = None  # instruction constraint that shapes this step
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's observation. Error observations always start with `error` (TaskEnv.call ensures it)."""
+
+    content: str
+    error: bool = False
+    finished: bool = False
+
+
+class ToolArgError(ValueError):
+    """Raised inside a tool for bad arguments; the env turns it into an error observation."""
+
+
+class TaskEnv(ABC):
+    """One instance's live services. `call` never raises for bad input: it returns an error result."""
+
+    def __init__(self, instance: TaskInstance):
+        self.instance = instance
+        self.finished = False
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    @abstractmethod
+    def tool_specs(self) -> tuple[ToolSpec, ...]: ...
+
+    def call(self, impl: str, args: Any) -> ToolResult:
+        self.calls.append((impl, args if isinstance(args, dict) else {"_raw": args}))
+        method = getattr(self, f"tool_{impl}", None)
+        if method is None or impl not in {t.impl for t in self.tool_specs()}:
+            return ToolResult(f"error: unknown tool {impl!r}", error=True)
+        if not isinstance(args, dict):
+            return ToolResult("error: arguments must be a JSON object", error=True)
+        if any(isinstance(v, str) and len(v) > MAX_ARG_CHARS for v in args.values()):
+            return ToolResult(f"error: an argument is longer than {MAX_ARG_CHARS} characters", error=True)
+        try:
+            out = method(**args)
+        except ToolArgError as e:
+            return ToolResult(f"error: {e}", error=True)
+        except TypeError as e:
+            return ToolResult(f"error: bad arguments for {impl}: {_clean_type_error(e)}", error=True)
+        if isinstance(out, ToolResult):
+            if out.error and not out.content.startswith("error"):
+                return ToolResult(f"error: {out.content}", error=True, finished=out.finished)
+            return out
+        return ToolResult(out if isinstance(out, str) else json.dumps(out, sort_keys=True))
+
+    def tool_finish(self, summary: str = "") -> ToolResult:
+        self.finished = True
+        return ToolResult("finished", finished=True)
+
+
+def _clean_type_error(e: TypeError) -> str:
+    return re.sub(r"^\S*\(\)\s*", "", str(e))
+
+
+FINISH_TOOL = ToolSpec(
+    name="finish",
+    description="Call when the task is complete. Ends the episode.",
+    parameters={
+        "type": "object",
+        "properties": {"summary": {"type": "string", "description": "one-line summary of what you did"}},
+        "required": [],
+        "additionalProperties": False,
+    },
+    impl="finish",
+)
+
+
+def instance_seed(family: str, split: str, index: int, params: dict[str, Any]) -> int:
+    key = f"{family}|{split}|{index}|{json.dumps(params, sort_keys=True)}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+
+
+class TaskFamily(ABC):
+    """One enterprise task family. Subclasses define the class attributes and the abstract methods."""
+
+    name: str
+    title: str
+    facts: tuple[DomainFact, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    split_sizes: dict[str, int] = {"train": 60, "val": 50, "test": 50}
+    default_params: dict[str, Any] = {"difficulty": 2, "size": 1}
+
+    # ---------------------------------------------------------------- generation
+    def generate(self, split: str, n: int | None = None, seed: int = 0, **params: Any) -> list[TaskInstance]:
+        """`n` instances of the fixed split; seed 0 takes them in order, other seeds sample."""
+        if split not in self.split_sizes:
+            raise ValueError(f"unknown split {split!r} (splits: {sorted(self.split_sizes)})")
+        size = self.split_sizes[split]
+        n = size if n is None else n
+        if not 0 < n <= size:
+            raise ValueError(f"n must be in 1..{size} for split {split!r}, got {n}")
+        unknown = set(params) - set(self.default_params)
+        if unknown:
+            raise ValueError(f"unknown parameters {sorted(unknown)} (known: {sorted(self.default_params)})")
+        indices = list(range(size))
+        if seed:
+            random.Random(seed).shuffle(indices)
+        return [self.instance_at(split, i, **params) for i in indices[:n]]
+
+    def instance_at(self, split: str, index: int, **params: Any) -> TaskInstance:
+        full = {**self.default_params, **params}
+        seed = instance_seed(self.name, split, index, full)
+        iid = f"{self.name}/{split}/{index}"
+        extra = {k: v for k, v in full.items() if self.default_params.get(k) != v}
+        if extra:
+            iid += ":" + ",".join(f"{k}={v}" for k, v in sorted(extra.items()))
+        return TaskInstance(
+            family=self.name,
+            id=iid,
+            split=split,
+            seed=seed,
+            instruction=self.instruction(self.world(seed, full), iid),
+            params=full,
+        )
+
+    def instance(self, instance_id: str) -> TaskInstance:
+        """Rebuild an instance from its id (ids encode split, index and non-default knobs)."""
+        base, _, knobs = instance_id.partition(":")
+        try:
+            family, split, index = base.split("/")
+            params = {}
+            for kv in filter(None, knobs.split(",")):
+                k, v = kv.split("=")
+                params[k] = type(self.default_params[k])(v)
+            if family != self.name:
+                raise ValueError
+            return self.instance_at(split, int(index), **params)
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"bad instance id {instance_id!r} for family {self.name!r}") from e
+
+    # ---------------------------------------------------------------- per family
+    @abstractmethod
+    def world(self, seed: int, params: dict[str, Any]) -> Any:
+        """The instance's hidden data and ground truth, a pure function of (seed, params)."""
+
+    @abstractmethod
+    def instruction(self, world: Any, instance_id: str) -> str:
+        """The task text the agent receives."""
+
+    @abstractmethod
+    def make_env(self, instance: TaskInstance) -> TaskEnv: ...
+
+    @abstractmethod
+    def check(self, env: TaskEnv) -> Outcome: ...
+
+    @abstractmethod
+    def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]: ...
+
+    @abstractmethod
+    def baseline_tools(self) -> tuple[ToolSpec, ...]: ...
+
+    # ---------------------------------------------------------------- shared
+    def full_knowledge(self) -> Knowledge:
+        return Knowledge(frozenset(f.id for f in self.facts), frozenset(c.id for c in self.constraints))
+
+    def baseline_harness(self) -> Harness:
+        """A generic harness: role, task-agnostic guidance, every tool, no hooks, no domain notes."""
+        return Harness(
+            family=self.name,
+            system_prompt=(
+                PromptSection("role", f"You are an operations assistant working on {self.title} tasks."),
+                PromptSection(
+                    "method",
+                    "Use the tools to inspect the data, do what the task asks, then call finish. "
+                    "Call one tool at a time unless calls are independent.",
+                ),
+            ),
+            tools=(*self.baseline_tools(), FINISH_TOOL),
+        )
+
+    def reference_solve(self, instance: TaskInstance) -> tuple[Outcome, TaskEnv]:
+        """Run the full-knowledge plan through the tools and check it."""
+        env = self.make_env(instance)
+        impl = {t.name: t.impl for t in env.tool_specs()}
+        for step in self.plan(instance, self.full_knowledge()):
+            result = env.call(impl.get(step.tool, step.tool), dict(step.args))
+            if result.error:
+                raise AssertionError(f"reference step {step.tool} failed on {instance.id}: {result.content}")
+        return self.check(env), env
