@@ -41,6 +41,7 @@ class SyntheticProfile:
     planning_capacity: int = 12
     style: str = "stepwise"  # stepwise | batched
     follows_constraints: bool = True
+    only_finish: bool = False  # the floor every checker must score 0
 
 
 PROFILES: dict[str, SyntheticProfile] = {
@@ -56,6 +57,7 @@ PROFILES: dict[str, SyntheticProfile] = {
         style="stepwise",
         follows_constraints=False,
     ),
+    "finish-only": SyntheticProfile("finish-only", only_finish=True),
 }
 
 
@@ -157,6 +159,9 @@ class SyntheticPolicy:
         match = TASK_ID.search(user)
         if not match:
             return self._say("I cannot find a task id in the conversation.", prompt_tokens, {"category": "other", "detail": "no task id"})
+        if self.profile.only_finish:
+            call = {"id": "call_finish", "type": "function", "function": {"name": "finish", "arguments": "{}"}}
+            return SyntheticReply({"role": "assistant", "content": "Done.", "tool_calls": [call]}, prompt_tokens, 2)
         family = get_family(match.group(1).split("/")[0])
         instance = family.instance(match.group(1))
         schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}

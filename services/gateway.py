@@ -57,6 +57,9 @@ class Gateway:
         self.cost_per_token = dict(cost_per_token or {})
         self.timeout_s = timeout_s
 
+    def warm_up(self) -> None:
+        _lib()
+
     def route(self, model: str) -> dict[str, Any]:
         ref = ModelRef.parse(model)
         if ref.provider == "synthetic":

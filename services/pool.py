@@ -41,7 +41,9 @@ class RolloutWorker:
 
     def __init__(self) -> None:
         configure_logging()
-        self.executor = Executor(Gateway())
+        gateway = Gateway()
+        gateway.warm_up()  # import litellm now, not inside the first rollout
+        self.executor = Executor(gateway)
 
     def ready(self) -> int:
         return os.getpid()

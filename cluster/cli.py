@@ -1,0 +1,232 @@
+"""The `coevolve` command line.
+
+Every command that runs or stores takes `--seed` and `--store`. Bad input (unknown family, model or
+harness; n out of range; an unreadable store) prints one `error:` line, exits with status 2 and writes
+nothing: all input is checked before the first write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Co-evolve an agent harness and its weights.")
+harness_app = typer.Typer(no_args_is_help=True, help="Inspect stored harnesses.")
+tasks_app = typer.Typer(no_args_is_help=True, help="Inspect the task families.")
+app.add_typer(harness_app, name="harness")
+app.add_typer(tasks_app, name="tasks")
+
+StoreOpt = Annotated[Path, typer.Option("--store", help="store directory")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="seed for sampling and synthetic models")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
+LogJsonOpt = Annotated[bool, typer.Option("--log-json", help="logs as JSON lines")]
+DEFAULT_STORE = Path(".coevolve")
+
+
+class UsageError(ValueError):
+    """Bad input: reported as one line, exit status 2."""
+
+
+def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from harness_store.edits import EditError
+        from harness_store.store import StoreError
+
+        try:
+            return fn(*args, **kwargs)
+        except (UsageError, StoreError, EditError, ValueError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def open_store(path: Path, *, create: bool):
+    from harness_store.store import HarnessStore
+
+    return HarnessStore(path, create=create)
+
+
+def _echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, sort_keys=True, default=str))
+
+
+# --------------------------------------------------------------------------------------------- eval
+@app.command("eval")
+@cli_errors
+def eval_cmd(
+    family: Annotated[str, typer.Option("--family", help="task family, or 'all'")] = "iot",
+    split: Annotated[str, typer.Option("--split")] = "val",
+    n: Annotated[int, typer.Option("--n", help="instances per family")] = 50,
+    harness: Annotated[str, typer.Option("--harness", help="harness id, prefix, alias or 'baseline'")] = "baseline",
+    model: Annotated[str, typer.Option("--model", help="provider/model[@adapter]")] = "synthetic/weak",
+    workers: Annotated[int, typer.Option("--workers", help="rollout actors")] = 2,
+    address: Annotated[str | None, typer.Option("--address", help="attach to a Ray cluster")] = None,
+    seed: SeedOpt = 0,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+    log_json: LogJsonOpt = False,
+) -> None:
+    """Evaluate a model under a harness on a split; store trajectories and the result."""
+    from cluster.jobs import EvalRequest, run_eval, validate_eval
+    from services.logs import configure_logging
+
+    configure_logging(json_lines=log_json or None)
+    req = EvalRequest(family, split, n, harness, model, workers, seed, address)
+    plan = validate_eval(req, store)  # raises on bad input; writes nothing
+    results = run_eval(plan, progress=not as_json)
+    if as_json:
+        rows = [r.as_json() for r in results]
+        _echo_json(rows[0] if len(rows) == 1 and family != "all" else rows)
+    else:
+        from cluster.display import eval_table
+
+        eval_table(results)
+
+
+# ------------------------------------------------------------------------------------------ harness
+@harness_app.command("list")
+@cli_errors
+def harness_list(
+    family: Annotated[str | None, typer.Option("--family")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """List stored harnesses."""
+    s = open_store(store, create=False)
+    records = s.list_harnesses(family)
+    aliases: dict[str, list[str]] = {}
+    for name, hid in s.aliases().items():
+        aliases.setdefault(hid, []).append(name)
+    if as_json:
+        _echo_json(
+            [
+                {"id": r.id, "family": r.family, "parent": r.parent, "aliases": aliases.get(r.id, []),
+                 "rationale": r.rationale, "val_gain": r.val_gain}
+                for r in records
+            ]
+        )
+        return
+    from cluster.display import harness_table
+
+    harness_table(records, aliases)
+
+
+@harness_app.command("show")
+@cli_errors
+def harness_show(ref: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None:
+    """Show one harness."""
+    from harness_store.codec import to_plain
+
+    h = open_store(store, create=False).get_harness(ref)
+    if as_json:
+        _echo_json({"id": h.id, "harness": to_plain(h)})
+        return
+    from cluster.display import show_harness
+
+    show_harness(h)
+
+
+@harness_app.command("diff")
+@cli_errors
+def harness_diff(a: str, b: str, store: StoreOpt = DEFAULT_STORE) -> None:
+    """Unified diff of two harnesses' readable form."""
+    import difflib
+
+    from cluster.display import harness_text
+
+    s = open_store(store, create=False)
+    ha, hb = s.get_harness(a), s.get_harness(b)
+    lines = difflib.unified_diff(
+        harness_text(ha).splitlines(), harness_text(hb).splitlines(), ha.id[:12], hb.id[:12], lineterm=""
+    )
+    out = "\n".join(lines)
+    typer.echo(out or "(identical)")
+
+
+@harness_app.command("lineage")
+@cli_errors
+def harness_lineage(ref: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None:
+    """The chain of edits from the root to this harness, with val gains."""
+    s = open_store(store, create=False)
+    h = s.get_harness(ref)
+    chain = s.lineage(h.id)
+    if as_json:
+        _echo_json(
+            [{"id": r.id, "parent": r.parent, "rationale": r.rationale, "val_gain": r.val_gain} for r in chain]
+        )
+        return
+    from cluster.display import lineage_tree
+
+    lineage_tree(s, chain)
+
+
+# -------------------------------------------------------------------------------------------- tasks
+@tasks_app.command("list")
+@cli_errors
+def tasks_list(as_json: JsonOpt = False) -> None:
+    """The task families and their split sizes."""
+    from tasks import family_names, get_family
+
+    rows = [{"family": n, **get_family(n).split_sizes, "title": get_family(n).title} for n in family_names()]
+    if as_json:
+        _echo_json(rows)
+        return
+    from cluster.display import tasks_table
+
+    tasks_table(rows)
+
+
+@tasks_app.command("show")
+@cli_errors
+def tasks_show(family: str, instance_id: str, as_json: JsonOpt = False) -> None:
+    """Print one instance (id like `iot/val/3`, or just the index within val)."""
+    from tasks import get_family
+
+    fam = get_family(family)
+    iid = instance_id if "/" in instance_id else f"{family}/val/{instance_id}"
+    inst = fam.instance(iid)
+    env = fam.make_env(inst)
+    info = {
+        "id": inst.id,
+        "split": inst.split,
+        "params": inst.params,
+        "instruction": inst.instruction,
+        "tools": [t.name for t in env.tool_specs()],
+        "facts": [f.id for f in fam.facts],
+    }
+    if as_json:
+        _echo_json(info)
+        return
+    for k, v in info.items():
+        typer.echo(f"{k}: {v}")
+
+
+def _register_extensions() -> None:
+    """Commands that live in their own modules (serving, training, models)."""
+    try:
+        from cluster.cli_models import register
+    except ImportError:
+        return
+    register(app)
+
+
+_register_extensions()
+
+
+def main() -> None:  # pragma: no cover
+    app(prog_name="coevolve")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

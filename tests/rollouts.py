@@ -1,0 +1,34 @@
+"""In-process rollouts for family and executor tests: the real executor and the real litellm gateway,
+without Ray (the pool has its own tests)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from agents.executor import Executor
+from harness_store.values import Harness, TaskInstance, Trajectory
+from services.gateway import Gateway
+
+_GATEWAY = Gateway()
+
+
+def rollout_all(
+    instances: Sequence[TaskInstance], harness: Harness, model: str, seed: int = 0, concurrency: int = 32
+) -> list[Trajectory]:
+    executor = Executor(_GATEWAY)
+
+    async def run() -> list[Trajectory]:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: TaskInstance) -> Trajectory:
+            async with sem:
+                return await executor.rollout(i, harness, model, seed)
+
+        return await asyncio.gather(*(one(i) for i in instances))
+
+    return asyncio.run(run())
+
+
+def pass_rate(trajectories: Sequence[Trajectory]) -> float:
+    return sum(t.passed for t in trajectories) / len(trajectories)
