@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from harness_store.values import EvalSummary, Trajectory
 
@@ -28,12 +29,24 @@ def summarise(trajectories: Sequence[Trajectory], *, split: str = "", seed: int 
     )
 
 
+def primary_cause(t: Trajectory) -> dict[str, Any] | None:
+    """The first recorded cause that was not repaired on the spot (a malformed call that a validation
+    hook bounced was repaired). Synthetic models record causes; real models record none."""
+    for turn in t.turns:
+        if not turn.cause:
+            continue
+        if turn.cause.get("category") == "tool-use" and "hook:validate_args" in turn.events:
+            continue
+        return turn.cause
+    return None
+
+
 def failure_causes(trajectories: Sequence[Trajectory]) -> dict[str, int]:
-    """The first recorded cause of each failed trajectory, by category (synthetic models record it)."""
+    """The primary cause of each failed trajectory, by category."""
     out: Counter[str] = Counter()
     for t in trajectories:
         if t.passed or t.error == "infra":
             continue
-        causes = t.causes
-        out[causes[0].get("category", "other") if causes else "unrecorded"] += 1
+        cause = primary_cause(t)
+        out[cause.get("category", "other") if cause else "unrecorded"] += 1
     return dict(out)

@@ -27,3 +27,9 @@ def store(tmp_path):
     from harness_store.store import HarnessStore
 
     return HarnessStore(tmp_path / "store")
+
+
+def pytest_configure(config):
+    from services.logs import configure_logging
+
+    configure_logging(json_lines=False, level="warning")
