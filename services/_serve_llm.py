@@ -1,0 +1,50 @@
+"""Ray Serve LLM classes that load LoRA adapters from a local folder (imported only where Serve runs).
+
+Ray Serve LLM loads adapters lazily by id from `lora_config.dynamic_lora_loading_path`, which must be a
+cloud URI; its `pyarrow-` prefix accepts any pyarrow filesystem URI but the helper that maps a URI to a
+filesystem knows no `file://`. Importing this module teaches that helper `file://` (pyarrow's
+`LocalFileSystem`), so `pyarrow-file:///abs/store/adapters` works: a new adapter folder there is
+servable as `<model_id>:<adapter_id>` at once, without a restart.
+
+The patch touches one private Ray function, so it is pinned to the Ray version in pyproject and
+tested (tests/test_serving.py). It is applied in exactly the processes that need it: the app uses
+`LocalLoraLLMServer` / `LocalLoraIngress` below, and unpickling either class in a Serve replica imports
+this module.
+"""
+
+from __future__ import annotations
+
+from ray.llm._internal.common.utils.cloud_filesystem.pyarrow_filesystem import PyArrowFileSystem
+from ray.serve.llm import LLMServer
+from ray.serve.llm.ingress import OpenAiIngress
+
+LOCAL_PREFIX = "pyarrow-file://"
+
+
+def install_local_lora_filesystem() -> None:
+    """Make Ray's pyarrow URI helper accept `file://` (idempotent)."""
+    if getattr(PyArrowFileSystem, "_coevolve_file_scheme", False):
+        return
+    original = PyArrowFileSystem.get_fs_and_path
+
+    def get_fs_and_path(object_uri: str):
+        uri = object_uri.removeprefix("pyarrow-")
+        if uri.startswith("file://"):
+            import pyarrow.fs as pa_fs
+
+            return pa_fs.LocalFileSystem(), uri[len("file://") :]
+        return original(object_uri)
+
+    PyArrowFileSystem.get_fs_and_path = staticmethod(get_fs_and_path)
+    PyArrowFileSystem._coevolve_file_scheme = True
+
+
+install_local_lora_filesystem()
+
+
+class LocalLoraLLMServer(LLMServer):
+    """`LLMServer` whose process can read adapters from `pyarrow-file://` folders."""
+
+
+class LocalLoraIngress(OpenAiIngress):
+    """`OpenAiIngress` whose process can list adapters in `pyarrow-file://` folders (/v1/models)."""
