@@ -1,0 +1,350 @@
+"""Two browsers behind one small interface (`Session`): an in-process text browser over `WebApp`, and
+a real headless Chromium driven by Playwright against the app served over HTTP on 127.0.0.1.
+
+The tools (in `tasks.browser.env`) validate against the session's DOM and then call one of the
+session's primitive operations, so both backends give the same observations for the same actions.
+Playwright's sync API runs in one dedicated thread per `ChromiumBrowser` (it refuses to run inside an
+asyncio loop, and the executor calls tools from one); every call is marshalled to that thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
+
+from tasks.browser.app import WebApp
+from tasks.browser.dom import Node, default_button, form_data, parse
+
+T = TypeVar("T")
+CHROMIUM_ARGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)
+MAX_REDIRECTS = 5
+ACTION_TIMEOUT_MS = 10_000
+
+
+class Session(Protocol):
+    url: str
+    status: int
+
+    def dom(self) -> Node: ...
+    def navigate(self, target: str) -> None: ...
+    def fill(self, element_id: str, text: str) -> None: ...
+    def choose(self, element_id: str, value: str) -> None: ...
+    def toggle(self, element_id: str) -> None: ...
+    def follow(self, element_id: str, href: str) -> None: ...
+    def submit(self, form_id: str, submitter_id: str | None) -> None: ...
+    def click_submit(self, button_id: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def path_of(url: str) -> str:
+    p = urlsplit(url)
+    return (p.path or "/") + (f"?{p.query}" if p.query else "")
+
+
+# ------------------------------------------------------------------------------------- text browser
+class TextSession:
+    """A browser without a renderer: it keeps the page's DOM, applies edits to it, and submits forms
+    with HTML's form-data rules by calling the application directly."""
+
+    def __init__(self, app: WebApp):
+        self.app = app
+        self.url = "/"
+        self.status = 0
+        self._root = parse("")
+        self.navigate("/")
+
+    def dom(self) -> Node:
+        return self._root
+
+    def _request(self, method: str, target: str, data: dict[str, str] | None = None) -> None:
+        for _ in range(MAX_REDIRECTS + 1):
+            resp = self.app.handle(method, target, data)
+            if resp.status in (301, 302, 303, 307, 308) and resp.location:
+                target, method, data = path_of(urljoin("http://app" + target, resp.location)), "GET", None
+                continue
+            break
+        self.url, self.status, self._root = path_of(target), resp.status, parse(resp.html)
+
+    def navigate(self, target: str) -> None:
+        self._request("GET", target)
+
+    def _node(self, element_id: str) -> Node:
+        n = self._root.by_id(element_id)
+        if n is None:
+            raise KeyError(element_id)
+        return n
+
+    def fill(self, element_id: str, text: str) -> None:
+        n = self._node(element_id)
+        n.attrs["value"] = text if n.tag == "textarea" else text.replace("\r", "").replace("\n", "")
+
+    def choose(self, element_id: str, value: str) -> None:
+        from tasks.browser.dom import option_value, options
+
+        for o in options(self._node(element_id)):
+            if option_value(o) == value:
+                o.attrs["selected"] = ""
+            else:
+                o.attrs.pop("selected", None)
+
+    def toggle(self, element_id: str) -> None:
+        n = self._node(element_id)
+        if "checked" in n.attrs:
+            n.attrs.pop("checked")
+        else:
+            n.attrs["checked"] = ""
+
+    def follow(self, element_id: str, href: str) -> None:
+        self.navigate(path_of(urljoin("http://app" + self.url, href)))
+
+    def submit(self, form_id: str, submitter_id: str | None) -> None:
+        form = self._node(form_id)
+        submitter = self._root.by_id(submitter_id) if submitter_id else default_button(form)
+        data = form_data(form, submitter)
+        method = form.attrs.get("method", "get").lower()
+        action = path_of(urljoin("http://app" + self.url, form.attrs.get("action") or self.url))
+        if method == "post":
+            self._request("POST", action, dict(data))
+        else:
+            self._request("GET", action.split("?")[0] + "?" + urlencode(data))
+
+    def click_submit(self, button_id: str) -> None:
+        button = self._node(button_id)
+        form = button.form()
+        if form is None or not form.attrs.get("id"):
+            raise KeyError(button_id)
+        self.submit(form.attrs["id"], button_id)
+
+    def close(self) -> None:
+        pass
+
+
+# -------------------------------------------------------------------------------------- HTTP server
+class AppServer:
+    """Serves a `WebApp` over HTTP on 127.0.0.1 (an OS-chosen port) from a daemon thread."""
+
+    def __init__(self, app: WebApp):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self, method: str) -> None:
+                form = None
+                if method == "POST":
+                    n = int(self.headers.get("Content-Length") or 0)
+                    raw = self.rfile.read(n).decode("utf-8", "replace") if n else ""
+                    form = dict(parse_qsl(raw, keep_blank_values=True))
+                resp = app.handle(method, self.path, form)
+                body = resp.html.encode()
+                self.send_response(resp.status)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                if resp.location:
+                    self.send_header("Location", resp.location)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path.startswith("/favicon"):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self._serve("GET")
+
+            def do_POST(self) -> None:
+                self._serve("POST")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="browser-app", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# ------------------------------------------------------------------------------------------ Chromium
+SNAPSHOT_JS = """() => {
+  const live = document.documentElement;
+  const clone = live.cloneNode(true);
+  const a = live.querySelectorAll('input, textarea, select');
+  const b = clone.querySelectorAll('input, textarea, select');
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i], y = b[i];
+    if (x.tagName === 'SELECT') {
+      for (let j = 0; j < x.options.length; j++) {
+        if (x.options[j].selected) y.options[j].setAttribute('selected', '');
+        else y.options[j].removeAttribute('selected');
+      }
+    } else if (x.tagName === 'TEXTAREA') {
+      y.textContent = x.value;
+    } else if (x.type === 'checkbox' || x.type === 'radio') {
+      if (x.checked) y.setAttribute('checked', ''); else y.removeAttribute('checked');
+    } else {
+      y.setAttribute('value', x.value);
+    }
+  }
+  return '<!DOCTYPE html>' + clone.outerHTML;
+}"""
+SUBMIT_JS = """([formId, buttonId]) => {
+  const f = document.getElementById(formId);
+  const b = buttonId ? document.getElementById(buttonId) : null;
+  if (b) f.requestSubmit(b); else f.requestSubmit();
+}"""
+
+
+def chromium_executable() -> str | None:
+    """The Chromium binary to drive: $COEVOLVE_CHROMIUM, else Debian's /usr/bin/chromium, else PATH."""
+    for cand in (os.environ.get("COEVOLVE_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                 shutil.which("chromium-browser")):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def chromium_available() -> bool:
+    from importlib.util import find_spec
+
+    return chromium_executable() is not None and find_spec("playwright") is not None
+
+
+class ChromiumBrowser:
+    """One headless Chromium process; each environment gets its own context (cookies, pages)."""
+
+    def __init__(self, executable: str | None = None):
+        exe = executable or chromium_executable()
+        if exe is None:
+            raise RuntimeError("no Chromium found: install Debian's `chromium` or set COEVOLVE_CHROMIUM")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="chromium")
+        self._pw: Any = None
+        self._browser: Any = None
+        self.call(self._start, exe)
+
+    def _start(self, exe: str) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._pw = sync_playwright().start()
+        self._browser = self._pw.chromium.launch(executable_path=exe, headless=True, args=list(CHROMIUM_ARGS))
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return self._pool.submit(fn, *args).result(timeout=120)
+
+    def session(self, app: WebApp) -> ChromiumSession:
+        return ChromiumSession(self, app)
+
+    def new_page(self) -> tuple[Any, Any]:
+        def make() -> tuple[Any, Any]:
+            ctx = self._browser.new_context(java_script_enabled=True)
+            ctx.set_default_timeout(ACTION_TIMEOUT_MS)
+            return ctx, ctx.new_page()
+
+        return self.call(make)
+
+    def close(self) -> None:
+        def stop() -> None:
+            if self._browser is not None:
+                self._browser.close()
+            if self._pw is not None:
+                self._pw.stop()
+            self._browser = self._pw = None
+
+        try:
+            self.call(stop)
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+class ChromiumSession:
+    def __init__(self, browser: ChromiumBrowser, app: WebApp):
+        self.browser = browser
+        self.server = AppServer(app)
+        self.url = "/"
+        self.status = 0
+        self._ctx, self._page = browser.new_page()
+        self._finalizer = weakref.finalize(self, _close_session, browser, self._ctx, self.server)
+        self.navigate("/")
+
+    def _run(self, fn: Callable[[Any], Any]) -> Any:
+        return self.browser.call(fn, self._page)
+
+    def _after(self, response: Any) -> None:
+        self.status = response.status if response is not None else 200
+        self.url = path_of(self._run(lambda p: p.url))
+
+    def dom(self) -> Node:
+        return parse(self._run(lambda p: p.evaluate(SNAPSHOT_JS)))
+
+    def navigate(self, target: str) -> None:
+        self._after(self._run(lambda p: p.goto(self.server.origin + target, wait_until="load")))
+
+    @staticmethod
+    def _sel(element_id: str) -> str:
+        return f'[id="{element_id}"]'
+
+    def fill(self, element_id: str, text: str) -> None:
+        self._run(lambda p: p.locator(self._sel(element_id)).fill(text))
+
+    def choose(self, element_id: str, value: str) -> None:
+        self._run(lambda p: p.locator(self._sel(element_id)).select_option(value=value))
+
+    def toggle(self, element_id: str) -> None:
+        self._run(lambda p: p.locator(self._sel(element_id)).click())
+
+    def _navigating(self, act: Callable[[Any], None]) -> None:
+        def go(p: Any) -> Any:
+            with p.expect_navigation(wait_until="load") as nav:
+                act(p)
+            return nav.value
+
+        self._after(self._run(go))
+
+    def follow(self, element_id: str, href: str) -> None:
+        self._navigating(lambda p: p.locator(self._sel(element_id)).click())
+
+    def submit(self, form_id: str, submitter_id: str | None) -> None:
+        self._navigating(lambda p: p.evaluate(SUBMIT_JS, [form_id, submitter_id]))
+
+    def click_submit(self, button_id: str) -> None:
+        self._navigating(lambda p: p.locator(self._sel(button_id)).click())
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_session(browser: ChromiumBrowser, ctx: Any, server: AppServer) -> None:
+    try:
+        browser.call(lambda: ctx.close())
+    except Exception:  # noqa: BLE001, S110 - the browser may already be gone at interpreter exit
+        pass
+    server.close()
+
+
+_SHARED: ChromiumBrowser | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_chromium() -> ChromiumBrowser:
+    """A process-wide browser for environments made with backend="chromium" and no browser given."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = ChromiumBrowser()
+            atexit.register(_SHARED.close)
+        return _SHARED

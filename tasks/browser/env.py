@@ -1,0 +1,196 @@
+"""The browser tools (goto, read_page, click, type, select, submit, answer) over either backend.
+
+Every tool validates its arguments against the current page's DOM before acting, and the same code
+runs for both backends, so errors and observations do not depend on the backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from harness_store.values import TaskInstance, ToolSpec
+from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
+from tasks.browser.app import WebApp
+from tasks.browser.backends import ChromiumBrowser, Session, TextSession, path_of, shared_chromium
+from tasks.browser.dom import (
+    Node,
+    default_button,
+    describe,
+    is_submit,
+    kind,
+    labels,
+    option_value,
+    options,
+    render_tree,
+)
+from tasks.browser.world import BrowserWorld
+
+MAX_URL = 2000
+MAX_TEXT = 5000
+MAX_ANSWER = 1000
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "app", "")
+
+
+class BrowserEnv(TaskEnv):
+    def __init__(self, instance: TaskInstance, world: BrowserWorld, backend: str = "text",
+                 browser: ChromiumBrowser | None = None):
+        super().__init__(instance)
+        self.world = world
+        self.app = WebApp(world)
+        self.answer: str | None = None
+        self.backend = backend
+        if backend == "text":
+            self.session: Session = TextSession(self.app)
+        elif backend == "chromium":
+            self.session = (browser or shared_chromium()).session(self.app)
+        else:
+            raise ValueError(f"unknown browser backend {backend!r} (text, chromium)")
+
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        return (*TOOLS, FINISH_TOOL)
+
+    def close(self) -> None:
+        self.session.close()
+
+    # ------------------------------------------------------------------------------ helpers
+    def _dom(self) -> Node:
+        return self.session.dom()
+
+    def _element(self, element: Any) -> tuple[Node, Node]:
+        if not isinstance(element, str) or not element.strip() or len(element) > 200:
+            raise ToolArgError("element must be an element id from read_page, e.g. 'save-order'")
+        element = element.strip().lstrip("#")
+        root = self._dom()
+        node = root.by_id(element)
+        if node is None:
+            raise ToolArgError(
+                f"no element with id {element!r} on this page ({self.session.url}); call read_page to see the ids"
+            )
+        return root, node
+
+    def _where(self, what: str) -> str:
+        root = self._dom()
+        title = root.find("title")
+        out = f"{what} -> now at {self.session.url} (status {self.session.status}): {title.text() if title else ''}"
+        alert = next((n for n in root.iter() if n.attrs.get("role") == "alert"), None)
+        if alert is not None:
+            out += f"\nalert: {alert.text()}"
+        return out
+
+    def _act(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except ToolArgError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a browser-side failure (timeout, detached element) is an observation
+            raise ToolArgError(f"the browser could not do that: {type(e).__name__}: {str(e)[:300]}") from None
+
+    # ------------------------------------------------------------------------------ tools
+    def tool_goto(self, url: str) -> str:
+        if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL:
+            raise ToolArgError("url must be a path such as /admin/orders (or a full URL of this application)")
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("", "http", "https"):
+            raise ToolArgError(f"cannot open {parts.scheme!r} URLs; use a path such as /admin/orders")
+        if (parts.hostname or "") not in LOCAL_HOSTS:
+            raise ToolArgError(f"cannot reach {parts.hostname}: only this application is reachable (use paths)")
+        target = path_of(urljoin("http://app" + self.session.url, path_of(url.strip())))
+        self._act(self.session.navigate, target)
+        return self._where(f"goto {target}")
+
+    def tool_read_page(self) -> str:
+        return render_tree(self._dom(), self.session.url, self.session.status)
+
+    def tool_click(self, element: str) -> str:
+        root, node = self._element(element)
+        role = kind(node)
+        name = describe(node, labels(root))
+        eid = node.attrs["id"]
+        if role == "link":
+            self._act(self.session.follow, eid, node.attrs["href"])
+            return self._where(f"clicked {name}")
+        if role == "button":
+            form = node.form()
+            if not is_submit(node) or form is None:
+                return f"clicked {name}; nothing happened"
+            if not form.attrs.get("id"):
+                raise ToolArgError("this button's form cannot be submitted")
+            self._act(self.session.click_submit, eid)
+            return self._where(f"clicked {name}, submitted form #{form.attrs['id']}")
+        if role in ("checkbox", "radio"):
+            self._act(self.session.toggle, eid)
+            return f"clicked {describe(self._dom().by_id(eid) or node, labels(root))}"
+        if role == "textbox":
+            raise ToolArgError(f"#{eid} is a textbox; use type to enter text")
+        if role == "combobox":
+            raise ToolArgError(f"#{eid} is a combobox; use select to choose an option")
+        raise ToolArgError(f"#{eid} is not clickable (a <{node.tag}> element)")
+
+    def tool_type(self, element: str, text: str) -> str:
+        if not isinstance(text, str) or len(text) > MAX_TEXT:
+            raise ToolArgError(f"text must be a string of at most {MAX_TEXT} characters")
+        root, node = self._element(element)
+        if kind(node) != "textbox":
+            raise ToolArgError(f"#{node.attrs['id']} is not a textbox (it is {kind(node) or node.tag})")
+        eid = node.attrs["id"]
+        self._act(self.session.fill, eid, text)
+        return f"typed {len(text)} characters into {describe(self._dom().by_id(eid) or node, labels(root))}"
+
+    def tool_select(self, element: str, option: str) -> str:
+        if not isinstance(option, str) or not option.strip() or len(option) > 300:
+            raise ToolArgError("option must be an option value or its visible label")
+        _root, node = self._element(element)
+        if kind(node) != "combobox":
+            raise ToolArgError(f"#{node.attrs['id']} is not a combobox (it is {kind(node) or node.tag})")
+        opts = options(node)
+        want = option.strip()
+        match = next((o for o in opts if option_value(o) == want or o.text() == want), None)
+        if match is None:
+            match = next((o for o in opts if want.lower() in (option_value(o).lower(), o.text().lower())), None)
+        if match is None:
+            listed = ", ".join(f"{option_value(o)} ({o.text()})" for o in opts)
+            raise ToolArgError(f"no option {want!r} in #{node.attrs['id']}; options: {listed}")
+        eid = node.attrs["id"]
+        self._act(self.session.choose, eid, option_value(match))
+        return f"selected {option_value(match)!r} ({match.text()}) in #{eid}"
+
+    def tool_submit(self, form: str) -> str:
+        _, node = self._element(form)
+        f = node if node.tag == "form" else node.form()
+        if f is None or not f.attrs.get("id"):
+            raise ToolArgError(f"#{node.attrs['id']} is not a form or inside one")
+        button = default_button(f)
+        self._act(self.session.submit, f.attrs["id"], button.attrs.get("id") if button is not None else None)
+        via = f" with its default button {button.text()!r}" if button is not None else ""
+        return self._where(f"submitted form #{f.attrs['id']}{via}")
+
+    def tool_answer(self, answer: str) -> str:
+        if not isinstance(answer, str) or not answer.strip() or len(answer) > MAX_ANSWER:
+            raise ToolArgError(f"answer must be a non-empty string of at most {MAX_ANSWER} characters")
+        self.answer = answer.strip()
+        return f"answer recorded: {self.answer}"
+
+
+def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+ELEMENT = {"type": "string", "minLength": 1, "description": "an element id as read_page shows it after '#'"}
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("goto", "Open a page of the web application by path, e.g. /admin/orders.",
+             _obj({"url": {"type": "string", "minLength": 1}}, ["url"]), "goto"),
+    ToolSpec("read_page", "Read the current page as a text accessibility tree. Actionable elements appear as "
+             "[role \"name\" #id ...]; use the id with click, type, select and submit.", _obj({}, []), "read_page"),
+    ToolSpec("click", "Click an element (link, button, checkbox) by id.", _obj({"element": ELEMENT}, ["element"]),
+             "click"),
+    ToolSpec("type", "Replace the text of a textbox by id.",
+             _obj({"element": ELEMENT, "text": {"type": "string"}}, ["element", "text"]), "type"),
+    ToolSpec("select", "Choose an option (by value or visible label) in a combobox by id.",
+             _obj({"element": ELEMENT, "option": {"type": "string", "minLength": 1}}, ["element", "option"]),
+             "select"),
+    ToolSpec("submit", "Submit a form by id, as pressing Enter in it would (with its default button).",
+             _obj({"form": ELEMENT}, ["form"]), "submit"),
+    ToolSpec("answer", "Give the answer to a question the task asks. The last answer counts.",
+             _obj({"answer": {"type": "string", "minLength": 1}}, ["answer"]), "answer"),
+)
