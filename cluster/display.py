@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,16 @@ from rich.tree import Tree
 
 from harness_store.values import Harness
 
-console = Console()
+
+
+class _Console:
+    """A console bound to the current stdout at each use (wide when not a terminal)."""
+
+    def print(self, *args, **kwargs):
+        Console(width=None if sys.stdout.isatty() else 200).print(*args, **kwargs)
+
+
+console = _Console()
 
 
 def eval_table(results: Sequence[Any]) -> None:
