@@ -24,6 +24,8 @@ demo: $(STAMP)
 	$(BIN)/coevolve eval --family iot --split val --n 50 --harness baseline --model synthetic/expert --workers 2
 
 test: $(STAMP)
+	# Debian's Chromium for the browser family's Playwright backend (idempotent; CI runs as root)
+	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

@@ -30,6 +30,7 @@ CHROMIUM_ARGS = (
 )
 MAX_REDIRECTS = 5
 ACTION_TIMEOUT_MS = 10_000
+POOL_SIZE = 8
 
 
 class Session(Protocol):
@@ -172,7 +173,9 @@ class AppServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="browser-app", daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="browser-app", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:
@@ -235,6 +238,8 @@ class ChromiumBrowser:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="chromium")
         self._pw: Any = None
         self._browser: Any = None
+        self._free: list[tuple[Any, Any]] = []
+        self._lock = threading.Lock()
         self.call(self._start, exe)
 
     def _start(self, exe: str) -> None:
@@ -250,6 +255,11 @@ class ChromiumBrowser:
         return ChromiumSession(self, app)
 
     def new_page(self) -> tuple[Any, Any]:
+        """A (context, page) pair for one session: a pooled one when free, else a new one."""
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+
         def make() -> tuple[Any, Any]:
             ctx = self._browser.new_context(java_script_enabled=True)
             ctx.set_default_timeout(ACTION_TIMEOUT_MS)
@@ -257,8 +267,30 @@ class ChromiumBrowser:
 
         return self.call(make)
 
+    def release_page(self, ctx: Any, page: Any) -> None:
+        """Back to the pool, blank and without cookies; closed instead when the pool is full."""
+
+        def reset() -> bool:
+            try:
+                page.goto("about:blank")
+                ctx.clear_cookies()
+                return True
+            except Exception:  # noqa: BLE001 - a broken page is closed, not reused
+                ctx.close()
+                return False
+
+        if self._browser is None:
+            return
+        if self.call(reset):
+            with self._lock:
+                if len(self._free) < POOL_SIZE:
+                    self._free.append((ctx, page))
+                    return
+            self.call(ctx.close)
+
     def close(self) -> None:
         def stop() -> None:
+            self._free.clear()
             if self._browser is not None:
                 self._browser.close()
             if self._pw is not None:
@@ -278,7 +310,7 @@ class ChromiumSession:
         self.url = "/"
         self.status = 0
         self._ctx, self._page = browser.new_page()
-        self._finalizer = weakref.finalize(self, _close_session, browser, self._ctx, self.server)
+        self._finalizer = weakref.finalize(self, _close_session, browser, self._ctx, self._page, self.server)
         self.navigate("/")
 
     def _run(self, fn: Callable[[Any], Any]) -> Any:
@@ -328,9 +360,9 @@ class ChromiumSession:
         self._finalizer()
 
 
-def _close_session(browser: ChromiumBrowser, ctx: Any, server: AppServer) -> None:
+def _close_session(browser: ChromiumBrowser, ctx: Any, page: Any, server: AppServer) -> None:
     try:
-        browser.call(lambda: ctx.close())
+        browser.release_page(ctx, page)
     except Exception:  # noqa: BLE001, S110 - the browser may already be gone at interpreter exit
         pass
     server.close()
