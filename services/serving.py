@@ -39,6 +39,20 @@ DEFAULT_STORE = ".coevolve"
 SERVE_URL_ENV = "COEVOLVE_SERVE_URL"
 STORE_ENV = "COEVOLVE_STORE"
 
+# Serve's proxy must answer its readiness check within 5 s by default; on a small, busy CPU node (vLLM
+# start-up saturates it) that fails and Serve kills the proxy in a loop. These must be in the
+# environment before Ray starts (its processes inherit it): `apply_serve_env_defaults()` first.
+SERVE_ENV_DEFAULTS = {
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "120",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S": "30",
+}
+
+
+def apply_serve_env_defaults() -> None:
+    for k, v in SERVE_ENV_DEFAULTS.items():
+        os.environ.setdefault(k, v)
+
 
 class ServingError(ValueError):
     """Bad serve config or no server to talk to: one clear line for the user."""
@@ -77,6 +91,12 @@ class ModelProfile(BaseModel):
     tool_parser: str | None = Field("hermes", description="vLLM tool-call parser; None: no tool calling")
     engine: dict[str, Any] = Field(default_factory=dict, description="more vLLM engine arguments")
     env: dict[str, str] = Field(default_factory=dict, description="environment of the replica and engine")
+    replica_cpus: float | None = Field(
+        None,
+        ge=0,
+        description="CPUs of the Serve replica actor itself (Ray's default 1; 0 on small CPU nodes)",
+    )
+    engine_cpus: float | None = Field(None, gt=0, description="CPUs of the vLLM engine bundle (CPU profiles)")
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
 
     @field_validator("model_id")
@@ -177,16 +197,21 @@ def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
         }
         if a.initial_replicas is not None:
             autoscaling["initial_replicas"] = a.initial_replicas
+        deployment: dict[str, Any] = {"autoscaling_config": autoscaling}
+        if m.replica_cpus is not None:
+            deployment["ray_actor_options"] = {"num_cpus": m.replica_cpus}
         kwargs: dict[str, Any] = {
             "model_loading_config": {"model_id": m.model_id, "model_source": _resolve_source(m.source)},
             "engine_kwargs": _engine_kwargs(m),
-            "deployment_config": {"autoscaling_config": autoscaling},
+            "deployment_config": deployment,
             "server_cls": LocalLoraLLMServer,
         }
         if m.env:
             kwargs["runtime_env"] = {"env_vars": dict(m.env)}
         if m.accelerator == "cpu":
             kwargs["accelerator_config"] = {"kind": "cpu"}
+            if m.engine_cpus is not None:
+                kwargs["placement_group_config"] = {"bundles": [{"CPU": m.engine_cpus}]}
         elif m.accelerator_type:
             kwargs["accelerator_type"] = m.accelerator_type
         if m.lora:

@@ -1,0 +1,147 @@
+"""Serving overhead: generated tokens/s through Ray Serve + HTTP + litellm vs vLLM's offline `LLM`.
+
+Same model, same prompts (chat messages with tools), greedy, a fixed number of new tokens per prompt
+(`ignore_eos`), all prompts in flight at once on both sides: the offline engine gets them as one
+`LLM.chat` batch, the served side as concurrent `litellm.acompletion` calls (the gateway's route).
+The offline engine runs first and is shut down before Serve starts, so both get the whole machine.
+Printed: both rates and their ratio served / offline.
+
+    python bench/serve_overhead.py [--model MODEL_DIR] [--prompts 16] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def prompts(n: int) -> list[list[dict]]:
+    from tests.lifecycle_rows import SYSTEM
+
+    machines = [f"m{i}" for i in range(n)]
+    return [
+        [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Check machine {m} for anomalies."},
+        ]
+        for m in machines
+    ]
+
+
+def offline(model: str, msgs: list[list[dict]], tokens: int, max_len: int) -> tuple[float, int]:
+    from vllm import LLM, SamplingParams
+
+    from tests.lifecycle_rows import TOOLS
+
+    llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=max_len, max_num_seqs=len(msgs))
+    sp = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    llm.chat(msgs[:2], sp, tools=TOOLS)  # warm-up
+    t0 = time.perf_counter()
+    outs = llm.chat(msgs, sp, tools=TOOLS)
+    dt = time.perf_counter() - t0
+    n = sum(len(o.outputs[0].token_ids) for o in outs)
+    del llm
+    gc.collect()
+    return n / dt, n
+
+
+async def _served(route: dict, msgs: list[list[dict]], tokens: int) -> tuple[float, int]:
+    import litellm
+
+    from tests.lifecycle_rows import TOOLS
+
+    async def one(m):
+        return await litellm.acompletion(
+            messages=m,
+            tools=TOOLS,
+            temperature=0.0,
+            max_tokens=tokens,
+            extra_body={"ignore_eos": True},
+            **route,
+        )
+
+    await asyncio.gather(*(one(m) for m in msgs[:2]))  # warm-up
+    t0 = time.perf_counter()
+    resps = await asyncio.gather(*(one(m) for m in msgs))
+    dt = time.perf_counter() - t0
+    n = sum(r.usage.completion_tokens for r in resps)
+    return n / dt, n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", help="model folder (default: a fresh tiny model)")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--cpus", type=int, default=2)
+    args = ap.parse_args()
+
+    from services.models import make_tiny
+
+    work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    model = args.model or str(make_tiny(work / "tiny"))
+    msgs = prompts(args.prompts)
+
+    off_rate, off_n = offline(model, msgs, args.tokens, args.max_len)
+    print(f"offline LLM: {off_n} tokens, {off_rate:.1f} tok/s", flush=True)
+
+    from cluster.runtime import start_ray
+    from harness_store.values import ModelRef
+    from services.serving import (
+        apply_serve_env_defaults,
+        litellm_route,
+        load_serve_config,
+        start_serving,
+        stop_serving,
+    )
+
+    apply_serve_env_defaults()
+    start_ray(None, args.cpus)
+    cfg = load_serve_config(
+        ROOT / "deploy/serve/cpu-tiny.yaml",
+        [
+            "port=0",
+            f"models.0.source={model}",
+            "models.0.model_id=bench",
+            f"models.0.engine_cpus={args.cpus}",
+            f"models.0.engine.max_model_len={args.max_len}",
+            f"models.0.engine.max_num_seqs={args.prompts}",
+        ],
+    )
+    store = work / "store"
+    start_serving(cfg, store)
+    try:
+        route = litellm_route(ModelRef.parse("vllm/bench"), store)
+        srv_rate, srv_n = asyncio.run(_served(route, msgs, args.tokens))
+    finally:
+        stop_serving(store)
+    print(f"Ray Serve + HTTP + litellm: {srv_n} tokens, {srv_rate:.1f} tok/s", flush=True)
+    out = {
+        "model": model,
+        "prompts": args.prompts,
+        "tokens_per_prompt": args.tokens,
+        "offline_tok_s": round(off_rate, 1),
+        "served_tok_s": round(srv_rate, 1),
+        "ratio": round(srv_rate / off_rate, 3),
+    }
+    print(json.dumps(out, indent=2))
+    print(f"served / offline generated tokens/s: {out['ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+# ruff: noqa: F811 - pytest fixtures imported from tests.lifecycle_fixtures
+"""LoRA training job: loss mask through real chat templates, the Ray Train job, resume after a kill,
+the synthetic backend through the same interface."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.lifecycle_fixtures import tiny_model, tiny_tokenizer  # noqa: F401 - fixtures
+from tests.lifecycle_fixtures import write_rows as _write_rows
+from tests.lifecycle_rows import multi_turn_row, target_rows
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _smollm2_tokenizer():
+    try:
+        from services.models import smollm2_gguf_path, smollm2_tokenizer
+
+        smollm2_gguf_path()
+    except (FileNotFoundError, ImportError) as e:
+        pytest.skip(f"SmolLM2 not installed: {e}")
+    return smollm2_tokenizer()
+
+
+# ----------------------------------------------------------------------------------- loss mask
+def _loss_runs(enc) -> list[list[int]]:
+    runs, cur = [], []
+    for lab in enc.labels:
+        if lab == -100:
+            if cur:
+                runs.append(cur)
+            cur = []
+        else:
+            cur.append(lab)
+    if cur:
+        runs.append(cur)
+    return runs
+
+
+def _expected_turn_texts(tokenizer, row) -> list[str]:
+    """What each trained assistant turn renders to: after the generation prompt, through <|im_end|>."""
+    from services.training import _render, _template_messages
+
+    msgs = _template_messages(row.messages)
+    tools = list(row.tools)
+    out = []
+    for i, m in enumerate(row.messages):
+        if m["role"] == "assistant" and m.get("train"):
+            before = _render(tokenizer, msgs[:i], tools, gen=True)
+            after = _render(tokenizer, msgs[: i + 1], tools, gen=False)
+            turn = after[len(before) :]
+            out.append(turn[: turn.index("<|im_end|>") + len("<|im_end|>")])
+    return out
+
+
+@pytest.mark.parametrize("template", ["tiny", "smollm2"])
+def test_loss_mask_is_exactly_the_marked_assistant_turns(template, tiny_tokenizer):
+    from services.training import _render, _template_messages, encode_row, load_rows
+
+    tok = tiny_tokenizer if template == "tiny" else _smollm2_tokenizer()
+    row = load_rows([multi_turn_row()])[0]
+    enc = encode_row(row, tok)
+
+    # the token sequence is the whole conversation, rendered by the model's own chat template
+    full = _render(tok, _template_messages(row.messages), list(row.tools), gen=False)
+    assert tok.decode(enc.input_ids) == full
+    # loss falls on exactly two runs of tokens: the two trained turns, each through its end token
+    runs = [tok.decode(r) for r in _loss_runs(enc)]
+    expected = _expected_turn_texts(tok, row)
+    assert runs == expected
+    assert "Temperature above 80" in runs[0] and '"name": "query_readings"' in runs[0]
+    assert runs[1] == "No anomalies on m3.<|im_end|>"
+    # the untrained turn, the prompts and the tool results carry no loss
+    assert not any("First the ranges" in r or "<tool_response>" in r or "<|im_start|>" in r for r in runs)
+    # and the trained tokens are the very tokens of the sequence at those positions
+    assert all(lab in (-100, tid) for lab, tid in zip(enc.labels, enc.input_ids, strict=True))
+
+
+def test_tool_call_turn_tokens_match_what_vllm_would_prompt(tiny_tokenizer):
+    """The prompt part of an encoded row equals the tokenised generation prompt vLLM builds."""
+    from services.training import _render, _template_messages, encode_row, load_rows
+
+    row = load_rows([target_rows()[0]])[0]
+    enc = encode_row(row, tiny_tokenizer)
+    first_loss = next(i for i, lab in enumerate(enc.labels) if lab != -100)
+    prompt = _render(tiny_tokenizer, _template_messages(row.messages[:-1]), list(row.tools), gen=True)
+    assert enc.input_ids[:first_loss] == tiny_tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert tiny_tokenizer.decode(enc.input_ids[first_loss:]).startswith("<tool_call>\n{")
+
+
+def test_rows_file_errors_are_one_clear_line(tmp_path):
+    from services.training import TrainingError, dataset_hash, load_rows
+
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"messages": []}\n')
+    with pytest.raises(TrainingError, match="rows.jsonl:1: a training row needs"):
+        load_rows(bad)
+    bad.write_text("not json\n")
+    with pytest.raises(TrainingError, match="not JSON"):
+        load_rows(bad)
+    untrained = target_rows()[0]
+    untrained["messages"][-1]["train"] = False
+    with pytest.raises(TrainingError, match="nothing to learn"):
+        load_rows([untrained])
+    with pytest.raises(TrainingError, match="cannot read"):
+        load_rows(tmp_path / "missing.jsonl")
+    a, b = load_rows(target_rows()), load_rows(list(reversed(target_rows())))
+    assert dataset_hash(a) != dataset_hash(b) and dataset_hash(a) == dataset_hash(load_rows(target_rows()))
+
+
+# ------------------------------------------------------------------------- Ray Train, kill/resume
+KILL_CONFIG = {"lr": 3e-3, "epochs": 3, "repeat": 60, "dropout": 0.0, "rank": 8}
+
+_KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from cluster.runtime import start_ray
+    from harness_store.store import HarnessStore
+    from services.training import train_adapter
+    rows, base, store, cfg = sys.argv[1], sys.argv[2], sys.argv[3], __import__("json").loads(sys.argv[4])
+    start_ray(None, 1)
+    train_adapter(rows, base, "resumed", cfg, HarnessStore(store))
+    """
+)
+
+
+@pytest.mark.slow
+def test_killed_job_resumes_from_last_checkpoint_with_same_step_count(tmp_path, tiny_model, ray_session):
+    """Kill -9 the training driver after its first epoch checkpoint; the rerun resumes from it and ends
+    with the same number of optimizer steps as the plan (and as an uninterrupted run would)."""
+    from harness_store.store import HarnessStore
+    from services.training import TRAIN_RUNS_DIR, TrainConfig, train_adapter
+
+    rows = _write_rows(tmp_path / "rows.jsonl", target_rows())
+    store_dir = tmp_path / "store"
+    store = HarnessStore(store_dir)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _KILL_SCRIPT,
+            str(rows),
+            str(tiny_model),
+            str(store_dir),
+            json.dumps(KILL_CONFIG),
+        ],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    run_dir = store_dir / TRAIN_RUNS_DIR / "resumed"
+    deadline = time.monotonic() + 300
+    try:
+        while not list(run_dir.glob("checkpoint_*/state.json")):
+            assert proc.poll() is None, "training process ended before its first checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    first = json.loads(next(run_dir.glob("checkpoint_*/state.json")).read_text())
+    cfg = TrainConfig.model_validate(KILL_CONFIG)
+    plan = cfg.steps_per_epoch(len(target_rows())) * cfg.epochs
+    assert first["epoch"] < cfg.epochs, "the job finished before it was killed"
+    with pytest.raises(Exception):  # noqa: B017 - the store has no record of the killed job
+        store.get_adapter("resumed")
+
+    ref = train_adapter(rows, tiny_model, "resumed", cfg, store)
+    assert ref.metrics["resumed_from_epoch"] is not None and ref.metrics["resumed_from_epoch"] >= 1
+    assert ref.metrics["steps"] == plan
+    assert len(ref.metrics["loss_curve"]) == cfg.epochs
+    assert store.get_adapter("resumed").metrics["steps"] == plan
+    assert (Path(ref.path) / "adapter_model.safetensors").is_file()
+
+
+# ------------------------------------------------------------------------------- synthetic
+def test_synthetic_backend_goes_through_the_same_job_interface(tmp_path, store):
+    synthetic = pytest.importorskip("agents.synthetic")
+    if not hasattr(synthetic, "learn_adapter"):
+        pytest.skip("agents.synthetic.learn_adapter is not written yet")
+    from services.training import SYNTHETIC_ADAPTER_FILE, train_adapter
+
+    rows = _write_rows(tmp_path / "rows.jsonl", [multi_turn_row(), *target_rows()])
+    ref = train_adapter(rows, "synthetic/weak", "syn-1", None, store, backend="synthetic")
+    learned = json.loads((Path(ref.path) / SYNTHETIC_ADAPTER_FILE).read_text())
+    assert isinstance(learned, dict)
+    assert store.get_adapter("syn-1") == ref
+    assert ref.train_config["backend"] == "synthetic"
+
+
+def test_bad_backend_and_existing_adapter_are_rejected(tmp_path, store, tiny_model):
+    from services.training import TrainingError, adapter_dir, train_adapter
+
+    rows = _write_rows(tmp_path / "rows.jsonl", target_rows())
+    with pytest.raises(TrainingError, match="unknown training backend"):
+        train_adapter(rows, tiny_model, "a", None, store, backend="magic")
+    with pytest.raises(TrainingError, match="must be letters"):
+        train_adapter(rows, tiny_model, "bad id/..", None, store)
+    with pytest.raises(TrainingError, match="no config.json"):
+        train_adapter(rows, tmp_path, "a", None, store)
+    adapter_dir(store, "taken").mkdir(parents=True)
+    with pytest.raises(TrainingError, match="already exists"):
+        train_adapter(rows, tiny_model, "taken", None, store)
