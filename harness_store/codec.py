@@ -49,7 +49,7 @@ def to_plain(value: Any, *, sort: bool = False) -> Any:
             out[f.name] = to_plain(getattr(value, f.name), sort=sort)
         return dict(sorted(out.items())) if sort else out
     if isinstance(value, dict):
-        items = ((k, to_plain(v, sort=sort)) for k, v in value.items())
+        items = ((_escape(k), to_plain(v, sort=sort)) for k, v in value.items())
         if sort:
             return dict(sorted(items, key=lambda kv: str(kv[0])))
         return dict(items)
@@ -60,9 +60,17 @@ def to_plain(value: Any, *, sort: bool = False) -> Any:
     raise CodecError(f"cannot encode {type(value).__qualname__}")
 
 
+def _escape(key: Any) -> Any:
+    """A plain dict's key that starts with `~` gets one more, so that no payload (a tool schema, a
+    model's JSON) can pass for a tagged value; `_hook` strips it again."""
+    return "~" + key if isinstance(key, str) and key.startswith("~") else key
+
+
 def _hook(obj: dict[str, Any]) -> Any:
     name = obj.get(TAG)
     if name is None:
+        if any(isinstance(k, str) and k.startswith("~") for k in obj):
+            return {(k[1:] if isinstance(k, str) and k.startswith("~~") else k): v for k, v in obj.items()}
         return obj
     cls = _TYPES.get(name)
     if cls is None:

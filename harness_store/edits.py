@@ -96,6 +96,7 @@ def _apply_op(h: Harness, op: Any) -> Harness:
             old = h.section(name)
             if old is None:
                 raise EditError(f"no prompt section {name!r} (sections: {[s.name for s in h.system_prompt]})")
+            _check_text(text)
             new_text = old.text.rstrip() + "\n" + text.strip()
             _check_text(new_text)
             return replace(
@@ -158,7 +159,7 @@ def _apply_op(h: Harness, op: Any) -> Harness:
             _check_text(recipe.text)
             return replace(h, recipes=(*h.recipes, recipe))
         case SetMaxTurns(max_turns=n):
-            if not isinstance(n, int) or not 1 <= n <= MAX_TURNS_LIMIT:
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_TURNS_LIMIT:
                 raise EditError(f"max_turns must be an int in 1..{MAX_TURNS_LIMIT}")
             return replace(h, max_turns=n)
         case _:
