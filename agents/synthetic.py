@@ -20,7 +20,7 @@ import hashlib
 import json
 import random
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agents.context import approx_tokens, is_cut, message_tokens
@@ -42,11 +42,21 @@ class SyntheticProfile:
     style: str = "stepwise"  # stepwise | batched
     follows_constraints: bool = True
     only_finish: bool = False  # the floor every checker must score 0
+    # nominal $ per token, so that dollar budgets are exercised offline (not a real price)
+    usd_per_input_token: float = 0.1e-6
+    usd_per_output_token: float = 0.4e-6
 
 
 PROFILES: dict[str, SyntheticProfile] = {
     "expert": SyntheticProfile(
-        "expert", knows="all", error_rate=0.0, context_window=128_000, planning_capacity=12, style="batched"
+        "expert",
+        knows="all",
+        error_rate=0.0,
+        context_window=128_000,
+        planning_capacity=12,
+        style="batched",
+        usd_per_input_token=2e-6,
+        usd_per_output_token=8e-6,
     ),
     "weak": SyntheticProfile(
         "weak",
@@ -67,7 +77,7 @@ class SyntheticReply:
     prompt_tokens: int
     completion_tokens: int
     cause: dict[str, Any] | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    cost_usd: float = 0.0
 
 
 def profile_for(model: str, adapter: dict[str, Any] | None = None) -> SyntheticProfile:
@@ -277,6 +287,14 @@ class SyntheticPolicy:
         return SyntheticReply({"role": "assistant", "content": text}, prompt_tokens, approx_tokens(text), cause)
 
 
-def respond(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int = 0,
-            adapter: dict[str, Any] | None = None) -> SyntheticReply:
-    return SyntheticPolicy(profile_for(model, adapter)).respond(messages, tools, seed, model)
+def respond(
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    seed: int = 0,
+    adapter: dict[str, Any] | None = None,
+) -> SyntheticReply:
+    profile = profile_for(model, adapter)
+    reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
+    cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token
+    return replace(reply, cost_usd=cost)

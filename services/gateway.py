@@ -6,9 +6,9 @@ Routes by `ModelRef`:
 - `vllm/<model>[@adapter]` -> the Ray Serve vLLM app (`services.serving.litellm_route`);
 - anything else (`gemini/...`, `openai/...`, `anthropic/...`) -> litellm as is.
 
-litellm's own per-call bookkeeping costs several ms of CPU (mostly response-cost calculation), which at
-thousands of concurrent rollouts is cores of pure overhead. The gateway therefore computes cost itself
-from litellm's cost table (a dict look-up, overridable per model) and turns litellm's calculation off.
+litellm's own per-call bookkeeping costs several ms of CPU, mostly response-cost calculation, which at
+thousands of concurrent rollouts is cores of pure overhead. Providers we own (synthetic) stamp their
+cost on the response, which litellm then uses instead of pricing it; costs can be overridden per model.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Gateway:
         resp = await litellm.acompletion(
             messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s, **route, **kw
         )
-        return self._normalise(model, route["model"], resp, time.perf_counter() - started)
+        return self._normalise(model, resp, time.perf_counter() - started)
 
     def complete(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0, **kw: Any
@@ -95,9 +95,9 @@ class Gateway:
         resp = litellm.completion(
             messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s, **route, **kw
         )
-        return self._normalise(model, route["model"], resp, time.perf_counter() - started)
+        return self._normalise(model, resp, time.perf_counter() - started)
 
-    def _normalise(self, model: str, routed: str, resp: Any, latency: float) -> Completion:
+    def _normalise(self, model: str, resp: Any, latency: float) -> Completion:
         choice = resp.choices[0]
         msg = choice.message
         tool_calls = [
@@ -116,14 +116,12 @@ class Gateway:
         ct = int(getattr(usage, "completion_tokens", 0) or 0)
         meta = dict(getattr(msg, "provider_specific_fields", None) or {})
         meta["latency_s"] = latency
-        return Completion(message, pt, ct, self.cost(model, routed, pt, ct), meta)
+        return Completion(message, pt, ct, self.cost(model, resp, pt, ct), meta)
 
-    def cost(self, model: str, routed: str, prompt_tokens: int, completion_tokens: int) -> float:
-        """Dollar cost from the override table, else litellm's cost map, else zero (local models)."""
+    def cost(self, model: str, resp: Any, prompt_tokens: int, completion_tokens: int) -> float:
+        """Dollar cost: the per-model override if given, else what litellm (or our provider) priced."""
         if model in self.cost_per_token:
             inp, out = self.cost_per_token[model]
-        else:
-            info = _lib().model_cost.get(routed) or _lib().model_cost.get(routed.split("/", 1)[-1]) or {}
-            inp = float(info.get("input_cost_per_token") or 0.0)
-            out = float(info.get("output_cost_per_token") or 0.0)
-        return prompt_tokens * inp + completion_tokens * out
+            return prompt_tokens * inp + completion_tokens * out
+        hidden = getattr(resp, "_hidden_params", None) or {}
+        return float(hidden.get("response_cost") or 0.0)

@@ -89,8 +89,10 @@ class RolloutPool:
         on_result: Callable[[int, Trajectory], None] | None = None,
         progress: bool = False,
         description: str = "rollouts",
+        max_in_flight: int | None = None,
     ) -> list[Trajectory]:
-        """Run every job; return trajectories in submission order."""
+        """Run every job; return trajectories in submission order. At most `max_in_flight` rollouts
+        run at once (default: all), so a large batch does not flood the model servers."""
         if not jobs:
             return []
         harness_refs: dict[str, Any] = {}
@@ -111,8 +113,11 @@ class RolloutPool:
             inst, href, model, seed = payloads[i]
             pending[actor.rollout.remote(inst, href, model, seed)] = (i, actor)
 
-        for i in range(len(jobs)):
+        queue = iter(range(len(jobs)))
+        for i in queue:
             submit(i)
+            if max_in_flight and len(pending) >= max_in_flight:
+                break
         bar = _Progress(len(jobs), description) if progress else None
         done = 0
         try:
@@ -128,6 +133,9 @@ class RolloutPool:
                         continue
                     results[i] = traj
                     done += 1
+                    next_job = next(queue, None)
+                    if next_job is not None:
+                        submit(next_job)
                     if bar:
                         bar.update(done, traj)
                     if on_result:

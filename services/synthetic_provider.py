@@ -61,6 +61,8 @@ class SyntheticLLM(CustomLLM):
                 total_tokens=reply.prompt_tokens + reply.completion_tokens,
             ),
         )
+        # Stamping the cost spares litellm its own response-cost calculation (the bulk of its CPU per call).
+        resp._hidden_params["response_cost"] = reply.cost_usd
         latency = float(os.environ.get("COEVOLVE_SYNTHETIC_LATENCY_MS", "0") or 0) / 1000
         return resp, latency
 
