@@ -1006,6 +1006,20 @@ def ast_checks(w: RefactorWorld, trees: dict[str, ast.AST]) -> dict[str, bool]:
     return checks
 
 
+def _test_names(tree: ast.AST, w: RefactorWorld) -> set[str]:
+    names = {n.name for n in getattr(tree, "body", []) if isinstance(n, ast.FunctionDef) and n.name.startswith("test")}
+    if w.kind == "rename":  # a test named after the function may keep or change that part of its name
+        names = {n.replace(w.spec["old"], w.spec["new"]) for n in names}
+    return names
+
+
+def tests_kept(w: RefactorWorld, trees: dict[str, ast.AST]) -> bool:
+    """Every visible test file still exists with (at least) its test functions: deleting or gutting
+    tests is not a refactoring."""
+    canon = canonical_tests(w)
+    return all(p in trees and _test_names(ast.parse(canon[p]), w) <= _test_names(trees[p], w) for p in w.visible_tests)
+
+
 def changelog_ok(w: RefactorWorld, text: str | None) -> bool:
     if w.entry is None:
         return True
@@ -1116,6 +1130,7 @@ class RefactorFamily(TaskFamily):
         checks.update(ast_checks(w, trees))
         unsafe = [f"{p}: {b}" for p, t in trees.items() if p.startswith(f"{w.pkg}/") for b in safety_problems(t, w.pkg)]
         checks["package uses only allowed modules"] = not unsafe
+        checks["visible tests kept"] = tests_kept(w, trees)
         checks["changelog entry"] = changelog_ok(w, files.get(CHANGELOG))
         detail: dict[str, Any] = {"traps": list(w.traps), "syntax": syntax[:5], "unsafe": unsafe[:5]}
         if all(checks.values()):
