@@ -137,6 +137,7 @@ class Executor:
                     latency_s=round(latency, 6),
                     events=tuple(events),
                     cause=comp.meta.get("cause"),
+                    relied_on=tuple(comp.meta.get("relied_on") or ()),
                 )
             )
             if finished:

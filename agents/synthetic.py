@@ -78,6 +78,7 @@ class SyntheticReply:
     completion_tokens: int
     cause: dict[str, Any] | None = None
     cost_usd: float = 0.0
+    relied_on: tuple[str, ...] = ()  # harness phrases the reply acted on (edit-usage tracking)
 
 
 def profile_for(model: str, adapter: dict[str, Any] | None = None) -> SyntheticProfile:
@@ -239,6 +240,7 @@ class SyntheticPolicy:
             cause = {"category": "planning", "detail": f"batched {len(plan) - p} steps, capacity {self.profile.planning_capacity}"}
 
         calls = []
+        relied_on: list[str] = []
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         full_plan = family.plan(instance, full)
         for n in batch:
@@ -247,6 +249,7 @@ class SyntheticPolicy:
             args = dict(step.args)
             if cause is None and args != full_plan[n].args:
                 cause = self._attribute(family, instance, n, step, k, matched)
+            relied_on += self._relied_on(family, instance, n, step, k, text)
             rng = _rng(instance.id, model, seed, n, attempts.get(n, 0))
             if rng.random() < self.profile.error_rate:
                 args, what = _mutate(args, schemas.get(step.tool, {}), rng)
@@ -261,7 +264,24 @@ class SyntheticPolicy:
         content = "Next: " + ", ".join(c["function"]["name"] for c in calls) + "."
         message = {"role": "assistant", "content": content, "tool_calls": calls}
         completion = approx_tokens(content) + sum(approx_tokens(c["function"]["arguments"]) for c in calls)
-        return SyntheticReply(message, prompt_tokens, completion, cause)
+        return SyntheticReply(message, prompt_tokens, completion, cause, relied_on=tuple(dict.fromkeys(relied_on)))
+
+    def _relied_on(
+        self, family: TaskFamily, instance: Any, n: int, step: PlanStep, k: Knowledge, text: str
+    ) -> list[str]:
+        """The harness phrases this step acted on: facts or constraints the agent knows only because
+        the visible harness states them, and without which this step's arguments would differ."""
+        low = text.lower()
+        out = []
+        for f in family.facts:
+            if f.id in step.facts and f.id in k.facts and f.id not in self.known_facts(family):
+                if family.plan(instance, replace(k, facts=k.facts - {f.id}))[n].args != step.args:
+                    out += [c for c in f.cues if c.lower() in low][:1]
+        if step.constraint and step.constraint in k.constraints and not self.profile.follows_constraints:
+            c = next(c for c in family.constraints if c.id == step.constraint)
+            if family.plan(instance, replace(k, constraints=k.constraints - {c.id}))[n].args != step.args:
+                out += [cue for cue in c.cues if cue.lower() in low][:1]
+        return out
 
     def _attribute(
         self, family: TaskFamily, instance: Any, n: int, step: PlanStep, k: Knowledge, matched: dict[int, _Call]

@@ -219,6 +219,7 @@ class TurnRecord:
     latency_s: float
     events: tuple[str, ...] = ()  # hook firings, context-policy actions, error observations
     cause: dict[str, Any] | None = None  # a synthetic model's recorded failure cause, if any
+    relied_on: tuple[str, ...] = ()  # harness phrases the model reports acting on (synthetic models)
 
 
 @dataclass(frozen=True)
