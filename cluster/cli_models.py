@@ -1,6 +1,6 @@
 """CLI commands of the model lifecycle: `serve`, `train`, `models` (registered on the main app).
 
-    coevolve serve --config deploy/serve/cpu-tiny.yaml [key=value ...]   # foreground; Ctrl-C stops
+    coevolve serve --config deploy/serve/cpu-tiny.yaml [-s key=value ...]  # foreground; Ctrl-C stops
     coevolve serve status | stop
     coevolve train --rows rows.jsonl --base .coevolve/models/tiny --out adapter-1 [--backend peft]
     coevolve models make-tiny DIR | import-smollm2 DIR | list | register PATH --id ID --base MODEL
@@ -31,7 +31,7 @@ AddressOpt = Annotated[
 
 
 def _fail(msg: str) -> None:
-    err.print(f"error: {msg}", markup=False, highlight=False)
+    err.print(f"error: {msg}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -49,7 +49,9 @@ serve_app = typer.Typer(help="Serve models with Ray Serve + vLLM (OpenAI-compati
 def serve(
     ctx: typer.Context,
     config: Annotated[Path | None, typer.Option("--config", help="deploy/serve/<profile>.yaml")] = None,
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. port=8001")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", "-s", help="key=value override (repeatable), e.g. -s port=8001")
+    ] = None,
     store: StoreOpt = None,  # type: ignore[assignment]
     address: AddressOpt = None,
     num_cpus: Annotated[int | None, typer.Option("--num-cpus", help="CPUs of an embedded Ray")] = None,
@@ -195,7 +197,16 @@ def train(
     from pydantic import ValidationError
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from services.training import BACKENDS, TrainConfig, TrainingError, load_rows, train_adapter
+    from services.training import (
+        BACKENDS,
+        TrainConfig,
+        TrainingError,
+        _check_adapter_id,
+        _check_base,
+        adapter_dir,
+        load_rows,
+        train_adapter,
+    )
 
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
@@ -214,6 +225,9 @@ def train(
     try:
         cfg = TrainConfig.model_validate(data)
         row_list = load_rows(rows)
+        _check_adapter_id(out)
+        if backend == "peft":
+            _check_base(base)
     except ValidationError as e:
         first = e.errors()[0]
         _fail(f"train config: {'.'.join(map(str, first['loc']))}: {first['msg']}")
@@ -226,6 +240,8 @@ def train(
         st = HarnessStore(store)
     except ValueError as e:
         _fail(str(e))
+    if adapter_dir(st, out).exists():
+        _fail(f"adapter {out!r} already exists in the store")
     if backend == "peft":
         from cluster.runtime import start_ray
 

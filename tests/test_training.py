@@ -162,9 +162,20 @@ def test_killed_job_resumes_from_last_checkpoint_with_same_step_count(tmp_path, 
         stderr=subprocess.DEVNULL,
     )
     run_dir = store_dir / TRAIN_RUNS_DIR / "resumed"
+    progress = store_dir / TRAIN_RUNS_DIR / "resumed.progress.json"
+
+    def checkpointed_and_past_it() -> bool:
+        # the controller has recorded the first checkpoint and the worker is into the second epoch
+        if not (run_dir / "checkpoint_manager_snapshot.json").is_file():
+            return False
+        try:
+            return json.loads(progress.read_text())["epoch"] >= 1
+        except (OSError, ValueError, KeyError):
+            return False
+
     deadline = time.monotonic() + 300
     try:
-        while not list(run_dir.glob("checkpoint_*/state.json")):
+        while not checkpointed_and_past_it():
             assert proc.poll() is None, "training process ended before its first checkpoint"
             assert time.monotonic() < deadline, "no checkpoint within 300 s"
             time.sleep(0.2)
@@ -173,10 +184,10 @@ def test_killed_job_resumes_from_last_checkpoint_with_same_step_count(tmp_path, 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-    first = json.loads(next(run_dir.glob("checkpoint_*/state.json")).read_text())
+    last = json.loads(max(run_dir.glob("checkpoint_*/state.json")).read_text())
     cfg = TrainConfig.model_validate(KILL_CONFIG)
     plan = cfg.steps_per_epoch(len(target_rows())) * cfg.epochs
-    assert first["epoch"] < cfg.epochs, "the job finished before it was killed"
+    assert last["epoch"] < cfg.epochs, "the job finished before it was killed"
     with pytest.raises(Exception):  # noqa: B017 - the store has no record of the killed job
         store.get_adapter("resumed")
 
