@@ -41,18 +41,67 @@ MAX_BATCH = 500
 EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[A-Za-z]{2,}$")
 
 SUPPLIERS = (
-    "Northwind Traders", "Baltic Supply Co", "Kestrel Wholesale", "Harbor & Finch", "Alder Distribution",
-    "Meridian Goods", "Pinecrest Imports", "Solent Packaging",
+    "Northwind Traders",
+    "Baltic Supply Co",
+    "Kestrel Wholesale",
+    "Harbor & Finch",
+    "Alder Distribution",
+    "Meridian Goods",
+    "Pinecrest Imports",
+    "Solent Packaging",
 )
 ADJECTIVES = (
-    "Ceramic", "Bamboo", "Steel", "Linen", "Cotton", "Glass", "Oak", "Copper", "Wool", "Recycled", "Enamel",
-    "Cork", "Marble", "Canvas", "Walnut", "Silicone",
+    "Ceramic",
+    "Bamboo",
+    "Steel",
+    "Linen",
+    "Cotton",
+    "Glass",
+    "Oak",
+    "Copper",
+    "Wool",
+    "Recycled",
+    "Enamel",
+    "Cork",
+    "Marble",
+    "Canvas",
+    "Walnut",
+    "Silicone",
 )
 ITEMS = (
-    "Mug", "Cutting Board", "Water Bottle", "Tea Towel", "Tote Bag", "Jar", "Serving Tray", "Kettle", "Throw",
-    "Notebook", "Lunch Box", "Coaster Set", "Planter", "Desk Lamp", "Candle", "Apron", "Bowl", "Spatula",
+    "Mug",
+    "Cutting Board",
+    "Water Bottle",
+    "Tea Towel",
+    "Tote Bag",
+    "Jar",
+    "Serving Tray",
+    "Kettle",
+    "Throw",
+    "Notebook",
+    "Lunch Box",
+    "Coaster Set",
+    "Planter",
+    "Desk Lamp",
+    "Candle",
+    "Apron",
+    "Bowl",
+    "Spatula",
 )
-VARIANTS = ("S", "M", "L", "350ml", "500ml", "1L", "Blue", "Green", "Sand", "Charcoal", "Set of 2", "Set of 4")
+VARIANTS = (
+    "S",
+    "M",
+    "L",
+    "350ml",
+    "500ml",
+    "1L",
+    "Blue",
+    "Green",
+    "Sand",
+    "Charcoal",
+    "Set of 2",
+    "Set of 4",
+)
 FIRST = ("Dana", "Priya", "Marek", "Ines", "Tomasz", "Aiko", "Lena", "Samuel", "Noor", "Felix")
 LAST = ("Whitfield", "Okafor", "Lindqvist", "Moreau", "Castellano", "Brandt", "Haddad", "Novak", "Sato")
 SHOPS = ("Hearth & Home", "Loft Living", "Kitchen Corner", "Greenleaf Goods", "Nordic Nest", "Urban Pantry")
@@ -210,7 +259,9 @@ class StockFamily(TaskFamily):
             return Outcome(False, 0.0, {**detail, "reason": "the Stock Alert header was changed"})
         n = len(w.existing)
         if len(sheet) - 1 < n or [tuple(r) for r in sheet[1 : n + 1]] != [tuple(r) for r in w.existing]:
-            return Outcome(False, 0.0, {**detail, "reason": "existing Stock Alert rows were changed or removed"})
+            return Outcome(
+                False, 0.0, {**detail, "reason": "existing Stock Alert rows were changed or removed"}
+            )
         if env.sheets[SUPPLIER_SHEET] != _supplier_sheet(w):
             return Outcome(False, 0.0, {**detail, "reason": "the Suppliers sheet was changed"})
         want_rows = Counter(tuple(_cell(c) for c in r) for r in rows)
@@ -354,7 +405,9 @@ def _world(seed: int, params_json: str) -> StockWorld:
     manager_name = f"{first} {last}"
     manager_email = f"{first.lower()}.{last.lower()}@{domain}"
     manager_path = rng.choice(("config/purchasing_manager.txt", "contacts/purchasing.txt", "admin/buyer.txt"))
-    template_path = rng.choice(("templates/low_stock.txt", "templates/stock_alert.eml", "mail/reorder_template.txt"))
+    template_path = rng.choice(
+        ("templates/low_stock.txt", "templates/stock_alert.eml", "mail/reorder_template.txt")
+    )
     template = rng.choice(TEMPLATES)
     header = list(COLUMNS)
     while tuple(header) == COLUMNS:
@@ -493,7 +546,11 @@ def _world(seed: int, params_json: str) -> StockWorld:
         }
         old_rows.append(tuple(values[c] for c in header))
     suppliers = tuple(
-        (sup, f"{rng.choice(FIRST)} {rng.choice(LAST)}", f"orders@{re.sub(r'[^a-z]', '', sup.lower())}.example")
+        (
+            sup,
+            f"{rng.choice(FIRST)} {rng.choice(LAST)}",
+            f"orders@{re.sub(r'[^a-z]', '', sup.lower())}.example",
+        )
         for sup in SUPPLIERS
     )
     return StockWorld(
@@ -595,12 +652,35 @@ class StockEnv(TaskEnv):
 
     # web shop
     def tool_list_products(self) -> str:
-        cols = ("sku", "name", "supplier", "status", "on_hand", "reserved", "threshold", "par_level", "case_pack")
+        cols = (
+            "sku",
+            "name",
+            "supplier",
+            "status",
+            "on_hand",
+            "reserved",
+            "threshold",
+            "par_level",
+            "case_pack",
+        )
         lines = [" | ".join(cols)]
         for p in self.world.products:
             lines.append(
                 " | ".join(
-                    map(str, (p.sku, p.name, p.supplier, p.status, p.on_hand, p.reserved, p.threshold, p.par, p.case_pack))
+                    map(
+                        str,
+                        (
+                            p.sku,
+                            p.name,
+                            p.supplier,
+                            p.status,
+                            p.on_hand,
+                            p.reserved,
+                            p.threshold,
+                            p.par,
+                            p.case_pack,
+                        ),
+                    )
                 )
             )
         return "\n".join(lines) + f"\n({len(self.world.products)} products)"
@@ -622,7 +702,9 @@ class StockEnv(TaskEnv):
             if not isinstance(subject, str) or not subject.strip() or len(subject) > MAX_CELL:
                 raise ToolArgError(f"email {i}: 'subject' must be a non-empty string")
             if not isinstance(body, str) or not body.strip() or len(body) > MAX_BODY:
-                raise ToolArgError(f"email {i}: 'body' must be a non-empty string of at most {MAX_BODY} chars")
+                raise ToolArgError(
+                    f"email {i}: 'body' must be a non-empty string of at most {MAX_BODY} chars"
+                )
             priority = e.get("priority", "normal")
             if priority not in ("normal", "high"):
                 raise ToolArgError(f"email {i}: priority must be 'normal' or 'high'")
@@ -633,7 +715,9 @@ class StockEnv(TaskEnv):
     def tool_list_sent(self) -> str:
         if not self.sent:
             return "(no sent emails)"
-        return "\n".join(f"{i + 1}. to {e['to']} [{e['priority']}] {e['subject']}" for i, e in enumerate(self.sent))
+        return "\n".join(
+            f"{i + 1}. to {e['to']} [{e['priority']}] {e['subject']}" for i, e in enumerate(self.sent)
+        )
 
 
 _EMAIL_ITEM = {
@@ -656,7 +740,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read one or more text files from the shared drive.",
         {
             "type": "object",
-            "properties": {"paths": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 20}},
+            "properties": {
+                "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 20}
+            },
             "required": ["paths"],
             "additionalProperties": False,
         },

@@ -40,35 +40,94 @@ LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # (title, menu label, children)
     ("About us", "About", ("Our team", "History", "Sustainability", "Press kit")),
-    ("Services", "Services", ("Office cleaning", "Window cleaning", "Deep cleaning", "Carpet care", "Facility management")),
+    (
+        "Services",
+        "Services",
+        ("Office cleaning", "Window cleaning", "Deep cleaning", "Carpet care", "Facility management"),
+    ),
     ("Products", "Products", ("Starter kit", "Pro kit", "Refill packs", "Accessories")),
     ("Pricing", "Pricing", ()),
     ("Support", "Support", ("Frequently asked questions", "Shipping", "Returns", "Warranty")),
     ("Resources", "Resources", ("Guides", "Case studies", "Webinars")),
     ("Careers", "Careers", ("Open positions", "Internships")),
-    ("Locations", "Locations", ("Berlin office", "Lisbon office", "Oslo office", "Vienna office", "Dublin office")),
+    (
+        "Locations",
+        "Locations",
+        ("Berlin office", "Lisbon office", "Oslo office", "Vienna office", "Dublin office"),
+    ),
     ("Partners", "Partners", ()),
     ("Events", "Events", ()),
     ("Contact", "Contact", ()),
     ("Blog", "Blog", ()),
 )
 POST_VERBS = (
-    "How to choose", "Five myths about", "A guide to", "What we learned from", "Why we switched to",
-    "Getting started with", "The cost of", "Ten tips for", "Behind the scenes of", "Rethinking",
-    "A year of", "Checklist for",
+    "How to choose",
+    "Five myths about",
+    "A guide to",
+    "What we learned from",
+    "Why we switched to",
+    "Getting started with",
+    "The cost of",
+    "Ten tips for",
+    "Behind the scenes of",
+    "Rethinking",
+    "A year of",
+    "Checklist for",
 )
 POST_TOPICS = (
-    "green cleaning", "office hygiene", "window care", "carpet stains", "refill packs", "facility budgets",
-    "spring cleaning", "shared kitchens", "floor coatings", "allergy season", "remote offices", "air quality",
-    "microfibre cloths", "waste sorting", "night shifts", "school buildings", "hotel rooms", "warehouses",
-    "glass facades", "hard water", "meeting rooms", "stairwells", "lab cleaning", "gym equipment",
-    "retail floors", "parking garages", "kitchen hoods", "solar panels", "graffiti removal", "event venues",
+    "green cleaning",
+    "office hygiene",
+    "window care",
+    "carpet stains",
+    "refill packs",
+    "facility budgets",
+    "spring cleaning",
+    "shared kitchens",
+    "floor coatings",
+    "allergy season",
+    "remote offices",
+    "air quality",
+    "microfibre cloths",
+    "waste sorting",
+    "night shifts",
+    "school buildings",
+    "hotel rooms",
+    "warehouses",
+    "glass facades",
+    "hard water",
+    "meeting rooms",
+    "stairwells",
+    "lab cleaning",
+    "gym equipment",
+    "retail floors",
+    "parking garages",
+    "kitchen hoods",
+    "solar panels",
+    "graffiti removal",
+    "event venues",
 )
 NEW_SLUGS = ("overview", "guide", "info", "hub", "details", "explained", "2027", "start")
-RENAME_LABELS = {"Blog": "News", "Support": "Help", "Resources": "Learn", "Careers": "Jobs", "Events": "Meetups",
-                 "Partners": "Partner network", "Pricing": "Plans", "Locations": "Offices", "Contact": "Get in touch",
-                 "About": "Company", "Products": "Shop", "Services": "What we do"}
-SITES = ("Brightwork Cleaning", "Clearline Facility", "Nordlicht Services", "Harbour Clean Co", "Fresh Desk Ltd")
+RENAME_LABELS = {
+    "Blog": "News",
+    "Support": "Help",
+    "Resources": "Learn",
+    "Careers": "Jobs",
+    "Events": "Meetups",
+    "Partners": "Partner network",
+    "Pricing": "Plans",
+    "Locations": "Offices",
+    "Contact": "Get in touch",
+    "About": "Company",
+    "Products": "Shop",
+    "Services": "What we do",
+}
+SITES = (
+    "Brightwork Cleaning",
+    "Clearline Facility",
+    "Nordlicht Services",
+    "Harbour Clean Co",
+    "Fresh Desk Ltd",
+)
 FILLER = (
     "We keep this page up to date with what our customers ask most.",
     "Our teams work across the region, six days a week.",
@@ -193,7 +252,7 @@ class WebsiteFamily(TaskFamily):
             new = old.rsplit("/", 1)[0] + "/" + w.new_slug
             seo = f' Also set its SEO title to "{w.seo_title}".' if w.seo_title else ""
             return (
-                f"{w.site} website, change request: rename the page \"{page.title}\" (now at `{old}`) so that its "
+                f'{w.site} website, change request: rename the page "{page.title}" (now at `{old}`) so that its '
                 f"slug becomes `{w.new_slug}` and its URL `{new}`. Keep the old address working with a redirect, "
                 f"and update every internal link and menu item that pointed at the old address.{seo} When you are "
                 "done, no internal link on the site may be broken. Then call finish."
@@ -244,7 +303,9 @@ class WebsiteFamily(TaskFamily):
                 PlanStep("read_link_report", {}),
                 PlanStep("list_pages", {}),
                 PlanStep("list_redirects", {}),
-                PlanStep("replace_links", {"changes": solve_links(w, knowledge)}, facts=all_facts, uses=(0, 1, 2)),
+                PlanStep(
+                    "replace_links", {"changes": solve_links(w, knowledge)}, facts=all_facts, uses=(0, 1, 2)
+                ),
                 PlanStep("finish", {"summary": f"fixed {len(w.report)} reported links"}),
             ]
         return [
@@ -252,7 +313,10 @@ class WebsiteFamily(TaskFamily):
             PlanStep("list_pages", {}),
             PlanStep("list_redirects", {}),
             PlanStep(
-                "set_menu", {"menu": "main", "items": solve_menu(w, knowledge)}, facts=all_facts, uses=(0, 1, 2)
+                "set_menu",
+                {"menu": "main", "items": solve_menu(w, knowledge)},
+                facts=all_facts,
+                uses=(0, 1, 2),
             ),
             PlanStep("finish", {"summary": "main menu reorganised"}),
         ]
@@ -323,7 +387,9 @@ def _by_title(w: SiteWorld, title: str, published_only: bool) -> Page | None:
     return max(cands, key=lambda p: (p.updated, p.id)) if cands else None
 
 
-def solve_rename(w: SiteWorld, k: Knowledge) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, str]]]:
+def solve_rename(
+    w: SiteWorld, k: Knowledge
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, str]]]:
     facts = k.facts
     page = w.page(w.rename_id)
     old = w.path(page.id)
@@ -426,7 +492,14 @@ def _snapshot(env: WebsiteEnv) -> dict[tuple[str, str], Any]:
         own = _path(tree, pid)
         canonical = "" if p["canonical"] in ("", own) else p["canonical"]
         snap[("page", str(pid))] = (
-            p["title"], p["slug"], p["parent"], p["status"], p["body"], p["seo_title"], p["meta_description"], canonical,
+            p["title"],
+            p["slug"],
+            p["parent"],
+            p["status"],
+            p["body"],
+            p["seo_title"],
+            p["meta_description"],
+            canonical,
         )
     for f, (t, c) in env.redirects.items():
         snap[("redirect", f)] = (t, c)
@@ -499,13 +572,18 @@ def _world(seed: int, params_json: str) -> SiteWorld:
     main: list[dict[str, Any]] = []
     for title, label, _unused in main_sections:
         pid = top[title]
-        kids = [
-            {"label": pages[c]["title"], "target": path(c), "children": []}
-            for c in sorted(c for c, p in pages.items() if p["parent"] == pid)
-        ] if title in with_children and title != "Blog" else []
+        kids = (
+            [
+                {"label": pages[c]["title"], "target": path(c), "children": []}
+                for c in sorted(c for c, p in pages.items() if p["parent"] == pid)
+            ]
+            if title in with_children and title != "Blog"
+            else []
+        )
         main.append({"label": label, "target": path(pid), "children": kids})
     footer = [
-        {"label": labels[top[t]], "target": path(top[t]), "children": []} for t in ("Contact", "Careers", "Partners")
+        {"label": labels[top[t]], "target": path(top[t]), "children": []}
+        for t in ("Contact", "Careers", "Partners")
     ]
 
     # ---- redirects (history): old paths straight to live pages
@@ -514,9 +592,12 @@ def _world(seed: int, params_json: str) -> SiteWorld:
 
     def fresh_old_path() -> str:
         for attempt in range(10_000):
-            cand = "/" + rng.choice(("old", "archive", "legacy", "2024", "v1", "en")) + "-" + slugify(
-                rng.choice(posts[-40:])
-            ).split("-", 1)[-1]
+            cand = (
+                "/"
+                + rng.choice(("old", "archive", "legacy", "2024", "v1", "en"))
+                + "-"
+                + slugify(rng.choice(posts[-40:])).split("-", 1)[-1]
+            )
             if attempt > 50:
                 cand += f"-{attempt}"
             if cand not in used_paths and cand not in redirects:
@@ -534,10 +615,15 @@ def _world(seed: int, params_json: str) -> SiteWorld:
     if kind == "rename":
         if rng.random() < trap_rate:
             traps.append("child_pages")
-            cands = [pid for pid in published if any(p["parent"] == pid for p in pages.values()) and pid != top["Blog"]]
+            cands = [
+                pid
+                for pid in published
+                if any(p["parent"] == pid for p in pages.values()) and pid != top["Blog"]
+            ]
         else:
             cands = [
-                pid for pid in published
+                pid
+                for pid in published
                 if not any(p["parent"] == pid for p in pages.values()) and pages[pid]["parent"] != top["Blog"]
             ]
         rename_id = rng.choice(cands)
@@ -567,7 +653,9 @@ def _world(seed: int, params_json: str) -> SiteWorld:
     # ---- bodies: a few valid links each
     def body_for(pid: int, extra: list[str]) -> str:
         title = pages[pid]["title"]
-        links = [f"[{pages[t]['title']}]({path(t)})" for t in rng.sample([t for t in published if t != pid], 2)]
+        links = [
+            f"[{pages[t]['title']}]({path(t)})" for t in rng.sample([t for t in published if t != pid], 2)
+        ]
         lines = [f"# {title}", rng.choice(FILLER), f"See also {links[0]} and {links[1]}."]
         if media and rng.random() < 0.4:
             f = rng.choice(sorted(media))
@@ -600,14 +688,20 @@ def _world(seed: int, params_json: str) -> SiteWorld:
             if k == "typo":
                 while True:
                     i = rng.randrange(tp.rfind("/") + 1, len(tp) - 1)
-                    bad = tp[:i] + tp[i + 1 :] if rng.random() < 0.5 else tp[:i] + tp[i + 1] + tp[i] + tp[i + 2 :]
+                    bad = (
+                        tp[:i] + tp[i + 1 :]
+                        if rng.random() < 0.5
+                        else tp[:i] + tp[i + 1] + tp[i] + tp[i + 2 :]
+                    )
                     if bad not in used_paths and PATH.match(bad) and bad != tp:
                         used_paths.add(bad)
                         break
                 if draft and not draft_done:
                     draft_done = True
                     traps.append("draft_duplicate")
-                    did = add(title, pages[target]["parent"], status="draft", slug=pages[target]["slug"] + "-new")
+                    did = add(
+                        title, pages[target]["parent"], status="draft", slug=pages[target]["slug"] + "-new"
+                    )
                     pages[did]["updated"] = (today - timedelta(days=rng.randint(1, 10))).isoformat()
                     extra[did] = []
                 report.append((path(src), bad, title, "404 not found"))
@@ -709,8 +803,11 @@ def _menu_ops(
                 ops.append(("remove", label))
         elif k == "add_under":
             cands = [
-                pid for pid, p in pages.items()
-                if p["status"] == "published" and path(pid) not in in_menu and p["parent"] is not None
+                pid
+                for pid, p in pages.items()
+                if p["status"] == "published"
+                and path(pid) not in in_menu
+                and p["parent"] is not None
                 and p["parent"] != top["Blog"]
             ]
             parent = rng.choice([p for p in parents if p not in used])
@@ -838,7 +935,12 @@ class WebsiteEnv(TaskEnv):
             raise ToolArgError(f"no page with id {str(page_id)[:50]}")
         p = self.pages[page_id]
         new = dict(p)
-        for name, value in (("title", title), ("body", body), ("seo_title", seo_title), ("meta_description", meta_description)):
+        for name, value in (
+            ("title", title),
+            ("body", body),
+            ("seo_title", seo_title),
+            ("meta_description", meta_description),
+        ):
             if value is None:
                 continue
             if not isinstance(value, str) or len(value) > MAX_TEXT or (name == "title" and not value.strip()):
@@ -847,13 +949,17 @@ class WebsiteEnv(TaskEnv):
         if slug is not None:
             if not isinstance(slug, str) or not SLUG.match(slug) or len(slug) > 100:
                 raise ToolArgError("slug must be lowercase words joined by hyphens, e.g. what-we-do")
-            siblings = {q["slug"] for q2, q in self.pages.items() if q["parent"] == p["parent"] and q2 != page_id}
+            siblings = {
+                q["slug"] for q2, q in self.pages.items() if q["parent"] == p["parent"] and q2 != page_id
+            }
             if slug in siblings:
                 raise ToolArgError(f"another page under the same parent already uses the slug {slug!r}")
             new["slug"] = slug
         if canonical is not None:
             if not isinstance(canonical, str) or (canonical and not PATH.match(canonical)):
-                raise ToolArgError("canonical must be a site path such as /about-us, or empty for the default")
+                raise ToolArgError(
+                    "canonical must be a site path such as /about-us, or empty for the default"
+                )
             new["canonical"] = canonical
         if status is not None:
             if status not in ("published", "draft"):
@@ -861,7 +967,9 @@ class WebsiteEnv(TaskEnv):
             new["status"] = status
         changed = sorted(k for k in new if new[k] != p[k])
         self.pages[page_id] = new
-        return f"page {page_id} updated ({', '.join(changed) or 'no change'}); path is now {self.path(page_id)}"
+        return (
+            f"page {page_id} updated ({', '.join(changed) or 'no change'}); path is now {self.path(page_id)}"
+        )
 
     # ---- redirects
     def tool_list_redirects(self) -> str:
@@ -955,7 +1063,11 @@ def _check_items(items: Any, depth: int) -> list[dict[str, Any]]:
         raise ToolArgError(f"items must be a list of at most {MAX_ITEMS} menu items")
     out = []
     for i, it in enumerate(items):
-        if not isinstance(it, dict) or not {"label", "target"} <= set(it) or set(it) - {"label", "target", "children"}:
+        if (
+            not isinstance(it, dict)
+            or not {"label", "target"} <= set(it)
+            or set(it) - {"label", "target", "children"}
+        ):
             raise ToolArgError(f"menu item {i} must be an object with label, target and optional children")
         label, target, kids = it["label"], it["target"], it.get("children", [])
         if not isinstance(label, str) or not label.strip() or len(label) > 200:
@@ -994,11 +1106,21 @@ _MENU_ITEM: dict[str, Any] = {
 }
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("list_pages", "List every CMS page: id, path, title, status, last update and SEO title.", _NO_ARGS, "list_pages"),
+    ToolSpec(
+        "list_pages",
+        "List every CMS page: id, path, title, status, last update and SEO title.",
+        _NO_ARGS,
+        "list_pages",
+    ),
     ToolSpec(
         "get_page",
         "Show one page by path: fields, SEO metadata, children and body.",
-        {"type": "object", "properties": {"path": _PATH}, "required": ["path"], "additionalProperties": False},
+        {
+            "type": "object",
+            "properties": {"path": _PATH},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
         "get_page",
     ),
     ToolSpec(
@@ -1022,7 +1144,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         },
         "update_page",
     ),
-    ToolSpec("list_redirects", "List the site's redirects (from, to, HTTP code).", _NO_ARGS, "list_redirects"),
+    ToolSpec(
+        "list_redirects", "List the site's redirects (from, to, HTTP code).", _NO_ARGS, "list_redirects"
+    ),
     ToolSpec(
         "save_redirects",
         "Create or overwrite redirects, keyed by their from path.",
@@ -1033,7 +1157,11 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "array",
                     "items": {
                         "type": "object",
-                        "properties": {"from": _PATH, "to": _PATH, "code": {"type": "integer", "enum": [301, 302]}},
+                        "properties": {
+                            "from": _PATH,
+                            "to": _PATH,
+                            "code": {"type": "integer", "enum": [301, 302]},
+                        },
                         "required": ["from", "to"],
                         "additionalProperties": False,
                     },
@@ -1048,7 +1176,12 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "delete_redirect",
         "Delete the redirect from a path.",
-        {"type": "object", "properties": {"from_path": _PATH}, "required": ["from_path"], "additionalProperties": False},
+        {
+            "type": "object",
+            "properties": {"from_path": _PATH},
+            "required": ["from_path"],
+            "additionalProperties": False,
+        },
         "delete_redirect",
     ),
     ToolSpec(
@@ -1077,7 +1210,12 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "get_menu",
         "Show a menu ('main' or 'footer') as JSON: items with label, target and children.",
-        {"type": "object", "properties": {"menu": {"type": "string"}}, "required": ["menu"], "additionalProperties": False},
+        {
+            "type": "object",
+            "properties": {"menu": {"type": "string"}},
+            "required": ["menu"],
+            "additionalProperties": False,
+        },
         "get_menu",
     ),
     ToolSpec(

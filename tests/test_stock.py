@@ -94,7 +94,9 @@ def test_damaged_existing_row_fails():
     header = env.sheets[SHEET][0]
     col = header[header.index("Status")]
     old = env.sheets[SHEET][1][header.index("Status")]
-    env.call("update_cell", {"sheet": SHEET, "row": 2, "column": col, "value": "open" if old != "open" else "x"})
+    env.call(
+        "update_cell", {"sheet": SHEET, "row": 2, "column": col, "value": "open" if old != "open" else "x"}
+    )
     outcome = FAMILY.check(env)
     assert not outcome.passed and outcome.score == 0.0
 
@@ -148,7 +150,10 @@ def test_bad_arguments_give_error_observations():
         ("append_rows", {"sheet": SHEET, "rows": [["too", "short"]]}),
         ("update_cell", {"sheet": SHEET, "row": 1, "column": "SKU", "value": "x"}),
         ("send_emails", {"emails": [{"to": "not an address", "subject": "s", "body": "b"}]}),
-        ("send_emails", {"emails": [{"to": "a@b.example", "subject": "s", "body": "b", "priority": "urgent"}]}),
+        (
+            "send_emails",
+            {"emails": [{"to": "a@b.example", "subject": "s", "body": "b", "priority": "urgent"}]},
+        ),
         ("list_products", {"verbose": True}),
     ]:
         result = env.call(tool, args)

@@ -160,8 +160,21 @@ def test_bad_arguments_give_error_observations():
         ("save_redirects", {"redirects": [{"from": "/a", "to": "/a"}]}),
         ("save_redirects", {"redirects": [{"from": "/a", "to": "/b", "code": 307}]}),
         ("replace_links", {"changes": [{"old": "/a"}]}),
-        ("set_menu", {"menu": "main", "items": [{"label": "x", "target": "/x", "children": [
-            {"label": "y", "target": "/y", "children": [{"label": "z", "target": "/z"}]}]}]}),
+        (
+            "set_menu",
+            {
+                "menu": "main",
+                "items": [
+                    {
+                        "label": "x",
+                        "target": "/x",
+                        "children": [
+                            {"label": "y", "target": "/y", "children": [{"label": "z", "target": "/z"}]}
+                        ],
+                    }
+                ],
+            },
+        ),
         ("get_menu", {"menu": "sidebar"}),
         ("list_pages", {"verbose": True}),
     ]:
