@@ -99,12 +99,13 @@ def _py(lines: list[str]) -> str:
 class _Names:
     def __init__(self, rng: random.Random, reserved: set[str]):
         self.rng = rng
+        self.reserved = {r for r in reserved if len(r) > 5}  # never part of another name (search stays exact)
         self.used = set(reserved)
 
     def pick(self, make: Any) -> str:
-        for _ in range(500):
-            name = make()
-            if name not in self.used and not any(name in u or u in name for u in self.used if len(u) > 5):
+        for attempt in range(10_000):
+            name = make() if attempt < 60 else f"{make()}_{attempt}"
+            if name not in self.used and not any(r in name or name in r for r in self.reserved):
                 self.used.add(name)
                 return name
         raise RuntimeError("name space exhausted")  # pragma: no cover
@@ -265,7 +266,7 @@ def _build_rename(rng: random.Random, names: _Names, pkg: str, size: int, rate: 
     has_all = rng.random() < rate
     namesake = rng.random() < rate
     mod_a = names.module()
-    callers = [(names.module(), names.func()) for _ in range(1 + size)]
+    callers = [(names.module(), [names.func() for _ in range(size)]) for _ in range(1 + size)]
     c = rng.choice([5, 7, 12, 20])
     if target == "money":
         sig, doc, body = "amount: float, pct: float) -> float", "The amount increased by `pct` percent.", "return round(amount * (1 + pct / 100), 2)"
@@ -325,15 +326,17 @@ def _build_rename(rng: random.Random, names: _Names, pkg: str, size: int, rate: 
     )
     hidden_imports.append(f"from {pkg}.{mod_a} import <<fn>>")
     hidden.append(("test_hidden_<<fn>>", [fcase("<<fn>>")]))
-    for mod, caller in callers:
+    for mod, funcs in callers:
         templates[f"{pkg}/{mod}.py"] = _module(
             f"{mod.title()} calculations.",
             [f"from {pkg}.{mod_a} import <<fn>>"],
-            [f"def {caller}({csrc.format(c=c)}\n"],
+            [f"def {caller}({csrc.format(c=c)}\n" for caller in funcs],
         )
-        tests[f"tests/test_{mod}.py"] = _test_file([f"from {pkg}.{mod} import {caller}"], [(f"test_{caller}", [ccase(caller)])])
-        hidden_imports.append(f"from {pkg}.{mod} import {caller}")
-        hidden.append((f"test_hidden_{caller}", [ccase(caller), ccase(caller)]))
+        tests[f"tests/test_{mod}.py"] = _test_file(
+            [f"from {pkg}.{mod} import {', '.join(funcs)}"], [(f"test_{caller}", [ccase(caller)]) for caller in funcs]
+        )
+        hidden_imports.append(f"from {pkg}.{mod} import {', '.join(funcs)}")
+        hidden += [(f"test_hidden_{caller}", [ccase(caller), ccase(caller)]) for caller in funcs]
     init = [f'"""{pkg}: business helpers."""', "", f"from {pkg}.{mod_a} import <<fn>>"]
     if has_all:
         init += ["", '__all__ = ["<<fn_str>>"]']
@@ -429,12 +432,12 @@ def _build_extract(rng: random.Random, names: _Names, pkg: str, size: int, rate:
     hmod = names.pick(lambda: rng.choice(["textutil", "_shared", "normalize", "common"]))
     maxlen = rng.choice([24, 32, 40])
     sep = rng.choice(["-", "_"])
-    n_sites = 1 + size
-    mods = [names.module() for _ in range(n_sites)]
+    mods = [names.module() for _ in range(1 + size)]
+    n_sites = len(mods) * size
     sites: list[dict[str, Any]] = []
     for i in range(n_sites + (1 if near else 0)):
         is_near = i == n_sites
-        mod = mods[0] if is_near else mods[i]
+        mod = mods[0] if is_near else mods[i // size]
         sites.append(
             {
                 "name": names.func(),
@@ -614,7 +617,7 @@ DT_TRAPS: dict[str, tuple[str, str, list[str], list[str], bool]] = {
 
 def _build_deprecated(rng: random.Random, names: _Names, pkg: str, size: int, rate: float) -> dict[str, Any]:
     naive = rng.random() < rate
-    n = 2 + size
+    n = 2 + size * size
     n_traps = (1 + (size - 1) // 2) if naive else 0
     mods = [names.module() for _ in range(max(2, (n + 1) // 2))]
     kinds = [("site", k) for k in rng.choices(sorted(DT_SITES), k=n - n_traps)] + [
@@ -698,7 +701,7 @@ def _values(w: RefactorWorld, k: Knowledge | None) -> dict[str, str]:
             vals[f"imp_{m}"] = f"{lead}from {w.pkg}.{s['hmod_name']} import {s['helper']}\n" if m in replaced_mods else ""
         outputs = k is not None and "block_outputs" in k.facts
         vals["rtype"] = "str" if outputs else "None"
-        vals["ret"] = "    return text\n" if outputs else ""
+        vals["ret"] = "    return text" if outputs else ""
         return vals
     vals = {}
     for m, names in s["dt_names"].items():
@@ -1099,7 +1102,7 @@ class RefactorFamily(TaskFamily):
     def instruction(self, world: RefactorWorld, instance_id: str) -> str:
         text = world.task
         if world.entry:
-            text += f" Also record the change in {CHANGELOG}: add the line `{world.entry}` under the `## Unreleased` heading."
+            text += f' Also record the change in {CHANGELOG}: add the line "{world.entry}" under the `## Unreleased` heading.'
         return text + " Then call finish."
 
     def make_env(self, instance: TaskInstance) -> RefactorEnv:
