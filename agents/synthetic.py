@@ -68,6 +68,8 @@ PROFILES: dict[str, SyntheticProfile] = {
         follows_constraints=False,
     ),
     "finish-only": SyntheticProfile("finish-only", only_finish=True),
+    # the offline proposer (agents/meta/synthetic_meta.py), priced like an expert
+    "meta": SyntheticProfile("meta", knows="all", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
 }
 
 
@@ -315,6 +317,13 @@ def respond(
     adapter: dict[str, Any] | None = None,
 ) -> SyntheticReply:
     profile = profile_for(model, adapter)
-    reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
+    if profile.name == "meta":
+        from agents.meta.synthetic_meta import propose
+
+        text = propose(messages, seed)
+        prompt = sum(message_tokens(m) for m in messages)
+        reply = SyntheticReply({"role": "assistant", "content": text}, prompt, approx_tokens(text))
+    else:
+        reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token
     return replace(reply, cost_usd=cost)

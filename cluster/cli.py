@@ -94,6 +94,101 @@ def eval_cmd(
         eval_table(results)
 
 
+# ------------------------------------------------------------------------------------------- evolve
+@app.command("evolve")
+@cli_errors
+def evolve_cmd(
+    family: Annotated[str, typer.Option("--family")] = "iot",
+    model: Annotated[str, typer.Option("--model", help="the weak model the harness is evolved for")] = "synthetic/weak",
+    proposer: Annotated[str, typer.Option("--proposer", help="expert model that proposes edits")] = "synthetic/meta",
+    budget_rollouts: Annotated[int, typer.Option("--budget-rollouts")] = 2000,
+    budget_iterations: Annotated[int, typer.Option("--budget-iterations")] = 12,
+    budget_tokens: Annotated[int, typer.Option("--budget-tokens", help="proposer tokens")] = 2_000_000,
+    budget_usd: Annotated[float, typer.Option("--budget-usd")] = 25.0,
+    budget_seconds: Annotated[float, typer.Option("--budget-seconds")] = 4 * 3600.0,
+    train_batch: Annotated[int, typer.Option("--train-batch")] = 20,
+    val_n: Annotated[int, typer.Option("--val-n")] = 50,
+    candidates: Annotated[int, typer.Option("--candidates", help="edits proposed per iteration")] = 3,
+    rule: Annotated[str, typer.Option("--rule", help="acceptance rule: sign or bootstrap")] = "sign",
+    alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
+    plateau: Annotated[int, typer.Option("--plateau", help="stop after N iterations without a gain")] = 3,
+    no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="evaluate candidates on all of val")] = False,
+    resume: Annotated[str | None, typer.Option("--resume", help="continue a killed run")] = None,
+    workers: Annotated[int, typer.Option("--workers")] = 2,
+    address: Annotated[str | None, typer.Option("--address")] = None,
+    seed: SeedOpt = 0,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+    log_json: LogJsonOpt = False,
+) -> None:
+    """Evolve a harness around a weak model; ends with the evolved harness id."""
+    from agents.meta.loop import Budget, EvolveConfig
+    from cluster.jobs import run_evolve, validate_model
+    from services.logs import configure_logging
+    from tasks import get_family
+
+    configure_logging(json_lines=log_json or None)
+    if store.exists():
+        open_store(store, create=False)  # unreadable store: fail before anything runs
+    if resume:
+        if not store.exists():
+            raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
+        open_store(store, create=False).get_run(resume)
+        config = None
+    else:
+        get_family(family)
+        validate_model(model)
+        validate_model(proposer)
+        if min(budget_rollouts, budget_iterations, budget_tokens, workers) <= 0 or budget_usd <= 0 or budget_seconds <= 0:
+            raise UsageError("budgets and --workers must be positive")
+        config = EvolveConfig(
+            family=family, model=model, proposer=proposer, seed=seed, train_batch=train_batch, val_n=val_n,
+            candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, early_stop=not no_early_stop,
+            budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
+        )
+    from cluster.display import EvolveProgress
+
+    with EvolveProgress(enabled=not as_json) as progress:
+        out = run_evolve(config, store, address=address, workers=workers, resume=resume, on_progress=progress.update)
+    if as_json:
+        _echo_json(out)
+    else:
+        from cluster.display import evolve_summary
+
+        evolve_summary(out)
+
+
+@app.command("transfer")
+@cli_errors
+def transfer_cmd(
+    family: Annotated[str, typer.Option("--family", help="task family, or 'all'")] = "iot",
+    harness: Annotated[str, typer.Option("--harness", help="evolved harness (default: alias <family>:evolved)")] = "evolved",
+    models: Annotated[str, typer.Option("--models", help="comma-separated")] = "synthetic/weak,synthetic/expert",
+    split: Annotated[str, typer.Option("--split")] = "test",
+    n: Annotated[int, typer.Option("--n")] = 50,
+    workers: Annotated[int, typer.Option("--workers")] = 2,
+    address: Annotated[str | None, typer.Option("--address")] = None,
+    seed: SeedOpt = 0,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """Upward transfer: each model under the baseline vs the evolved harness, with edit usage."""
+    from cluster.jobs import run_transfer
+    from tasks import family_names, get_family
+
+    families = family_names() if family == "all" else [family]
+    for f in families:
+        get_family(f).generate(split, n)  # validates split and n
+    rows = run_transfer(store, families, harness, [m.strip() for m in models.split(",") if m.strip()],
+                        split, n, seed, address, workers, progress=not as_json)
+    if as_json:
+        _echo_json(rows)
+    else:
+        from cluster.display import transfer_table
+
+        transfer_table(rows)
+
+
 # ------------------------------------------------------------------------------------------ harness
 @harness_app.command("list")
 @cli_errors

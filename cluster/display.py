@@ -13,7 +13,6 @@ from rich.tree import Tree
 from harness_store.values import Harness
 
 
-
 class _Console:
     """A console bound to the current stdout at each use (wide when not a terminal)."""
 
@@ -64,21 +63,7 @@ def harness_table(records: Sequence[Any], aliases: dict[str, list[str]]) -> None
 
 
 def harness_text(h: Harness) -> str:
-    """A stable, readable rendering (used by show and diff)."""
-    lines = [f"family: {h.family}", f"max_turns: {h.max_turns}", "system_prompt:"]
-    for s in h.system_prompt:
-        lines.append(f"  [{s.name}]")
-        lines += [f"    {line}" for line in s.text.splitlines()]
-    lines.append("tools:")
-    for tool in h.tools:
-        lines.append(f"  {tool.name} (impl {tool.impl}): {tool.description}")
-    lines.append("hooks:")
-    lines += [f"  {k.event}: {k.kind} {k.params}" for k in h.hooks] or ["  (none)"]
-    c = h.context
-    lines.append(f"context: {c.strategy} budget={c.token_budget} keep_last={c.keep_last}")
-    lines.append("recipes:")
-    lines += [f"  {r.name}: {r.text}" for r in h.recipes] or ["  (none)"]
-    return "\n".join(lines)
+    return h.describe()
 
 
 def show_harness(h: Harness) -> None:
@@ -105,3 +90,66 @@ def tasks_table(rows: Sequence[dict[str, Any]]) -> None:
     for r in rows:
         t.add_row(r["family"], r["title"], str(r["train"]), str(r["val"]), str(r["test"]))
     console.print(t)
+
+
+class EvolveProgress:
+    """A live status line for `coevolve evolve` (iteration, best val, accepted/rejected, spend)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self._live = None
+
+    def __enter__(self) -> EvolveProgress:
+        if self.enabled:
+            from rich.live import Live
+
+            self._live = Live("starting…", console=Console(stderr=True), refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def update(self, d: dict[str, Any]) -> None:
+        if self._live is None:
+            return
+        self._live.update(
+            f"iteration {d['iteration']} [{d['phase']}]  best val {d['best_val']:.1%}  "
+            f"accepted {d['accepted']}  rejected {d['rejected']}  invalid {d['invalid']}  "
+            f"rollouts {d['rollouts']}  proposer tokens {d['proposer_tokens']}  ${d['usd']:.4f}"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+
+def evolve_summary(out: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{out['family']}[/bold] {out['model']}: val {out['baseline_val']:.1%} -> {out['evolved_val']:.1%} "
+        f"in {out['iterations']} iterations, {out['rollouts_used']} rollouts ({out['stop_reason']})"
+    )
+    t = Table(title="accepted edits")
+    for col in ("iteration", "ops", "val gain", "usage", "rationale"):
+        t.add_column(col)
+    usage = out.get("usage", {}).get(out["model"], [])
+    for i, e in enumerate(out["edits"]):
+        u = usage[i] if i < len(usage) else {}
+        rate = "-" if u.get("rate") is None else f"{u['rate']:.0%} of {u['rollouts']}"
+        t.add_row(str(e["iteration"]), ", ".join(o["op"] for o in e["ops"]), f"{e['val_gain']:+.3f}", rate,
+                  e.get("rationale", "")[:70])
+    console.print(t)
+    console.print(f"evolved harness: {out['harness_id']}  (run {out['run_id']})")
+
+
+def _rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.0%}"
+
+
+def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
+    t = Table(title="upward transfer")
+    for col in ("family", "model", "baseline", "evolved", "gain", "edit usage"):
+        t.add_column(col)
+    for r in rows:
+        usage = ", ".join(f"{'+'.join(u['ops'])}:{_rate(u['rate'])}" for u in r.get("usage", []))
+        t.add_row(r["family"], r["model"], f"{r['baseline']:.1%}", f"{r['evolved']:.1%}", f"{r['gain']:+.1%}",
+                  usage or "-")
+    console.print(t)
+    console.print("[dim]synthetic models are a testbed, not evidence about real models[/dim]")

@@ -150,3 +150,146 @@ def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
     finally:
         pool.shutdown()
     return results
+
+
+# ------------------------------------------------------------------------------------------ evolve
+def run_evolve(
+    config: Any,
+    store_path: Path,
+    *,
+    address: str | None,
+    workers: int,
+    resume: str | None,
+    on_progress: Any = None,
+) -> dict[str, Any]:
+    """Run (or resume) a harness evolution; record the evolved harness under `<family>:evolved`."""
+    from agents.meta import HarnessEvolution, LLMProposer
+    from cluster.runtime import start_ray
+    from harness_store.store import HarnessStore
+    from services.gateway import Gateway
+    from services.pool import PoolEvaluator, RolloutPool
+
+    store = HarnessStore(store_path, create=True)
+    if resume:
+        run = store.get_run(resume)
+        if run.kind != "evolve":
+            raise ValueError(f"run {resume!r} is a {run.kind} run, not an evolve run")
+        from agents.meta.loop import EvolveConfig
+
+        config = EvolveConfig.from_json(run.config)
+        run_id = resume
+        store.update_run(run_id, status="running")
+    else:
+        run_id = store.create_run("evolve", config.to_json())
+    gateway = Gateway()
+    start_ray(address)
+    pool = RolloutPool(workers)
+    try:
+        proposer = LLMProposer(config.proposer, lambda m, msgs, seed: gateway.complete(m, msgs, [], seed=seed))
+        loop = HarnessEvolution(config, PoolEvaluator(pool), proposer, store, run_id, on_progress=on_progress)
+        try:
+            result = loop.run(resume=bool(resume))
+        except BaseException as e:
+            store.update_run(run_id, status="interrupted", result={"error": f"{type(e).__name__}: {e}"})
+            raise
+        store.set_alias(f"{config.family}:evolved", result.harness_id)
+        out = {
+            "run_id": run_id,
+            "family": config.family,
+            "model": config.model,
+            "proposer": config.proposer,
+            "harness_id": result.harness_id,
+            "baseline_id": result.baseline_id,
+            "baseline_val": round(result.baseline_val, 4),
+            "evolved_val": round(result.evolved_val, 4),
+            "rollouts_used": result.rollouts_used,
+            "iterations": result.iterations,
+            "accepted": len(result.accepted),
+            "rejected": result.rejected,
+            "invalid": result.invalid,
+            "stop_reason": result.stop_reason,
+            "spend": result.spend,
+            "edits": result.accepted,
+        }
+        out["usage"] = usage_report(store, pool, result.harness_id, config.family, [config.model], "val", config.val_n, config.seed)
+        store.finish_run(run_id, "done", out)
+        return out
+    finally:
+        pool.shutdown()
+
+
+def accepted_edits(store: Any, harness_id: str) -> list[Any]:
+    return [r.edit for r in store.lineage(harness_id) if r.edit is not None]
+
+
+def usage_report(
+    store: Any, pool: Any, harness_id: str, family: str, models: list[str], split: str, n: int, seed: int,
+    trajectories: dict[str, list[Any]] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Per model, the usage rate of every accepted edit on the harness's lineage."""
+    from agents.meta.usage import edit_usage
+    from services.pool import RolloutJob
+    from tasks import get_family
+
+    edits = accepted_edits(store, harness_id)
+    if not edits:
+        return {m: [] for m in models}
+    h = store.get_harness(harness_id)
+    out = {}
+    for m in models:
+        trajs = (trajectories or {}).get(m)
+        if trajs is None:
+            insts = get_family(family).generate(split, n)
+            trajs = pool.run([RolloutJob(i, h, m, seed) for i in insts])
+        out[m] = edit_usage(edits, trajs)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- transfer
+def run_transfer(
+    store_path: Path, families: list[str], harness_ref: str, models: list[str], split: str, n: int, seed: int,
+    address: str | None, workers: int, progress: bool,
+) -> list[dict[str, Any]]:
+    """Weak vs expert under baseline vs evolved harness, one row per (family, model), plus edit usage."""
+    from agents.report import summarise
+    from cluster.runtime import start_ray
+    from harness_store.store import HarnessStore
+    from services.pool import RolloutJob, RolloutPool
+    from tasks import get_family
+
+    store = HarnessStore(store_path, create=False)
+    plan = []
+    for fam in families:
+        evolved = store.resolve_harness(harness_ref, fam)
+        baseline = get_family(fam).baseline_harness()
+        plan.append((fam, baseline, evolved, get_family(fam).generate(split, n, seed=0)))
+    for m in models:
+        validate_model(m)
+    start_ray(address)
+    pool = RolloutPool(workers)
+    rows = []
+    try:
+        run_id = store.create_run("transfer", {"families": families, "harness": harness_ref, "models": models,
+                                                "split": split, "n": n, "seed": seed})
+        for fam, baseline, evolved, insts in plan:
+            evolved_trajs = {}
+            for m in models:
+                res = {}
+                for label, h in (("baseline", baseline), ("evolved", evolved)):
+                    trajs = pool.run([RolloutJob(i, h, m, seed) for i in insts], progress=progress,
+                                     description=f"{fam} {m} {label}")
+                    store.put_trajectories(run_id, trajs, batch=f"{fam}-{m}-{label}")
+                    res[label] = summarise(trajs, split=split, seed=seed).pass_rate
+                    if label == "evolved":
+                        evolved_trajs[m] = trajs
+                rows.append({"family": fam, "model": m, "baseline": round(res["baseline"], 4),
+                             "evolved": round(res["evolved"], 4), "gain": round(res["evolved"] - res["baseline"], 4),
+                             "harness_id": evolved.id})
+            usage = usage_report(store, pool, evolved.id, fam, models, split, n, seed, trajectories=evolved_trajs)
+            for r in rows:
+                if r["family"] == fam:
+                    r["usage"] = usage[r["model"]]
+        store.finish_run(run_id, "done", {"rows": rows})
+    finally:
+        pool.shutdown()
+    return rows

@@ -210,3 +210,108 @@ def _unique(names: list[Any], what: str) -> None:
         if n in seen:
             raise EditError(f"duplicate {what} {n!r}")
         seen.add(n)
+
+
+# ------------------------------------------------------------------------------ JSON form of edits
+# The form a proposer (an LLM) writes: {"rationale": str, "targets": str, "ops": [{"op": ..., ...}]}.
+_OPS_JSON = {
+    "set_section": (SetSection, ("name", "text")),
+    "append_section": (AppendSection, ("name", "text")),
+    "remove_section": (RemoveSection, ("name",)),
+    "alter_tool": (AlterTool, ("name", "description?", "parameters?")),
+    "remove_tool": (RemoveTool, ("name",)),
+    "remove_hook": (RemoveHook, ("event", "kind")),
+    "set_max_turns": (SetMaxTurns, ("max_turns",)),
+}
+
+
+def edit_from_json(obj: Any) -> HarnessEdit:
+    """Parse a proposer's JSON edit; any problem raises EditError naming what is wrong."""
+    if not isinstance(obj, dict):
+        raise EditError("an edit must be a JSON object with 'ops'")
+    ops_in = obj.get("ops")
+    if not isinstance(ops_in, list) or not ops_in:
+        raise EditError("'ops' must be a non-empty list")
+    ops = []
+    for i, o in enumerate(ops_in):
+        if not isinstance(o, dict) or not isinstance(o.get("op"), str):
+            raise EditError(f"op {i}: must be an object with a string 'op'")
+        try:
+            ops.append(_op_from_json(o))
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, EditError):
+                raise EditError(f"op {i} ({o['op']}): {e}") from None
+            raise EditError(f"op {i} ({o['op']}): missing or bad field {e}") from None
+    rationale, targets = obj.get("rationale", ""), obj.get("targets", "")
+    if not isinstance(rationale, str) or not isinstance(targets, str):
+        raise EditError("'rationale' and 'targets' must be strings")
+    return HarnessEdit(tuple(ops), rationale=rationale, targets=targets)
+
+
+def _op_from_json(o: dict[str, Any]) -> Any:
+    kind = o["op"]
+    if kind in _OPS_JSON:
+        cls, fields = _OPS_JSON[kind]
+        kwargs = {}
+        for f in fields:
+            name = f.rstrip("?")
+            if f.endswith("?"):
+                if name in o:
+                    kwargs[name] = o[name]
+            else:
+                kwargs[name] = o[name]
+        _check_types(kwargs)
+        return cls(**kwargs)
+    if kind == "add_tool":
+        return AddTool(ToolSpec(o["name"], o["description"], o["parameters"], o.get("impl", o["name"])))
+    if kind == "add_hook":
+        params = o.get("params") or {}
+        if not isinstance(params, dict):
+            raise EditError("params must be an object")
+        return AddHook(HookSpec(o.get("event") or HOOK_KIND_EVENTS.get(o["kind"], ""), o["kind"], params))
+    if kind == "set_context_policy":
+        base = ContextPolicy()
+        return SetContextPolicy(
+            ContextPolicy(
+                strategy=o["strategy"],
+                token_budget=int(o.get("token_budget", base.token_budget)),
+                keep_last=int(o.get("keep_last", base.keep_last)),
+            )
+        )
+    if kind == "add_recipe":
+        return AddRecipe(Recipe(o["name"], o["text"]))
+    raise EditError(f"unknown op {kind!r} (ops: {sorted([*_OPS_JSON, 'add_tool', 'add_hook', 'set_context_policy', 'add_recipe'])})")
+
+
+def _check_types(kwargs: dict[str, Any]) -> None:
+    for k, v in kwargs.items():
+        if k == "max_turns":
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise EditError("max_turns must be an integer")
+        elif k == "parameters":
+            if not isinstance(v, dict):
+                raise EditError("parameters must be an object")
+        elif not isinstance(v, str):
+            raise EditError(f"{k} must be a string")
+
+
+def edit_to_json(edit: HarnessEdit) -> dict[str, Any]:
+    """The inverse of `edit_from_json` (for prompts, history and records)."""
+    ops = []
+    for op in edit.ops:
+        match op:
+            case AddTool(tool=t):
+                ops.append({"op": "add_tool", "name": t.name, "description": t.description,
+                            "parameters": t.parameters, "impl": t.impl})
+            case AddHook(hook=h):
+                ops.append({"op": "add_hook", "event": h.event, "kind": h.kind, "params": h.params})
+            case SetContextPolicy(policy=p):
+                ops.append({"op": "set_context_policy", "strategy": p.strategy,
+                            "token_budget": p.token_budget, "keep_last": p.keep_last})
+            case AddRecipe(recipe=r):
+                ops.append({"op": "add_recipe", "name": r.name, "text": r.text})
+            case _:
+                name = next(k for k, (cls, _) in _OPS_JSON.items() if isinstance(op, cls))
+                fields = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if getattr(op, f.name) is not None}
+                ops.append({"op": name, **fields})
+    return {"rationale": edit.rationale, "targets": edit.targets, "ops": ops}

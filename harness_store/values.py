@@ -80,6 +80,22 @@ class Harness:
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 
+    def describe(self) -> str:
+        """A stable, readable rendering of every part (CLI show/diff, proposer prompts)."""
+        lines = [f"family: {self.family}", f"max_turns: {self.max_turns}", "system_prompt:"]
+        for s in self.system_prompt:
+            lines.append(f"  [{s.name}]")
+            lines += [f"    {line}" for line in s.text.splitlines()]
+        lines.append("tools:")
+        lines += [f"  {t.name} (impl {t.impl}): {t.description}" for t in self.tools]
+        lines.append("hooks:")
+        lines += [f"  {k.event}: {k.kind} {k.params}" for k in self.hooks] or ["  (none)"]
+        c = self.context
+        lines.append(f"context: {c.strategy} budget={c.token_budget} keep_last={c.keep_last}")
+        lines.append("recipes:")
+        lines += [f"  {r.name}: {r.text}" for r in self.recipes] or ["  (none)"]
+        return "\n".join(lines)
+
     def render_system(self) -> str:
         """The system message the executor sends: sections in order, then the recipes."""
         parts = [s.text.strip() for s in self.system_prompt if s.text.strip()]

@@ -184,3 +184,14 @@ class _Progress:
 
     def close(self) -> None:
         self.progress.stop()
+
+
+class PoolEvaluator:
+    """`agents.meta.loop.Evaluator` over the pool: one batch per call, results in job order."""
+
+    def __init__(self, pool: RolloutPool, max_in_flight: int | None = None):
+        self.pool = pool
+        self.max_in_flight = max_in_flight
+
+    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness]], model: str, seed: int) -> list[Trajectory]:
+        return self.pool.run([RolloutJob(i, h, model, seed) for i, h in jobs], max_in_flight=self.max_in_flight)

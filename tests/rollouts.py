@@ -32,3 +32,32 @@ def rollout_all(
 
 def pass_rate(trajectories: Sequence[Trajectory]) -> float:
     return sum(t.passed for t in trajectories) / len(trajectories)
+
+
+class InProcessEvaluator:
+    """The meta-loop's Evaluator without Ray (the pool has its own tests)."""
+
+    def __init__(self, concurrency: int = 32):
+        self.concurrency = concurrency
+        self.calls = 0
+        self.rollouts = 0
+
+    def evaluate(self, jobs, model, seed):
+        self.calls += 1
+        self.rollouts += len(jobs)
+        executor = Executor(_GATEWAY)
+
+        async def run():
+            sem = asyncio.Semaphore(self.concurrency)
+
+            async def one(inst, harness):
+                async with sem:
+                    return await executor.rollout(inst, harness, model, seed)
+
+            return await asyncio.gather(*(one(i, h) for i, h in jobs))
+
+        return asyncio.run(run())
+
+
+def proposer_complete(model, messages, seed):
+    return _GATEWAY.complete(model, messages, [], seed=seed)

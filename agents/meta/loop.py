@@ -1,0 +1,381 @@
+"""The evolution loop for one task family.
+
+Each iteration: evaluate the current harness on a train batch -> take the failures -> the proposer
+reads condensed evidence and returns candidate edits -> candidates are evaluated on the validation
+split, all in parallel, paired with the current harness on identical instances and seeds, in chunks
+that stop as soon as no remaining outcome could change the decision -> the best candidate the
+acceptance rule accepts becomes the current harness -> everything is journalled in the store ->
+repeat until a budget or a plateau.
+
+Budgets are enforced before work is launched: a rollout batch is cut to the rollouts left, so the
+rollout budget is exact; tokens, dollars and seconds are checked before each batch and proposer call,
+so they overshoot by at most one in-flight batch. A checkpoint closes every iteration; `resume`
+continues from the last one and — all randomness being seeded by (seed, iteration) — reaches the same
+final harness as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from agents.meta.acceptance import PairedResult, make_rule
+from agents.meta.evidence import build_evidence
+from agents.meta.proposer import LLMProposer, Proposal
+from harness_store.edits import edit_to_json
+from harness_store.values import Harness, TaskInstance, Trajectory
+from tasks import get_family
+
+
+@dataclass(frozen=True)
+class Budget:
+    iterations: int = 12
+    rollouts: int = 2000
+    proposer_tokens: int = 2_000_000
+    usd: float = 25.0
+    seconds: float = 4 * 3600.0
+
+
+@dataclass
+class Spend:
+    iterations: int = 0
+    rollouts: int = 0
+    proposer_tokens: int = 0
+    usd: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class EvolveConfig:
+    family: str
+    model: str
+    proposer: str = "synthetic/meta"
+    seed: int = 0
+    train_batch: int = 20
+    val_n: int = 50
+    candidates: int = 3
+    evidence_failures: int = 8
+    rule: str = "sign"
+    alpha: float = 0.1
+    chunk: int = 10
+    plateau: int = 3
+    early_stop: bool = True
+    budget: Budget = Budget()
+
+    def __post_init__(self) -> None:
+        for name in ("train_batch", "val_n", "candidates", "chunk", "plateau", "evidence_failures"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not 0 < self.alpha < 1:
+            raise ValueError("alpha must be in (0, 1)")
+        make_rule(self.rule, self.alpha)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EvolveConfig:
+        return cls(**{**d, "budget": Budget(**d["budget"])})
+
+
+class Evaluator(Protocol):
+    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness]], model: str, seed: int) -> list[Trajectory]: ...
+
+
+class Journal(Protocol):
+    """What the loop needs of the store (harness_store.store.HarnessStore provides it)."""
+
+    def append_event(self, run_id: str, kind: str, payload: dict[str, Any]) -> int: ...
+    def events(self, run_id: str, kind: str | None = None) -> list[Any]: ...
+    def put_harness(self, h: Harness, **kw: Any) -> str: ...
+    def get_harness(self, ref: str) -> Harness: ...
+    def put_trajectories(self, run_id: str, trajectories: Sequence[Trajectory], batch: str = "main") -> str: ...
+
+
+@dataclass
+class EvolveResult:
+    run_id: str
+    harness_id: str
+    baseline_id: str
+    baseline_val: float
+    evolved_val: float
+    rollouts_used: int
+    iterations: int
+    accepted: list[dict[str, Any]]
+    rejected: int
+    invalid: int
+    stop_reason: str
+    spend: dict[str, Any]
+    gain_curve: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, val pass rate)
+
+
+class BudgetExhausted(Exception):
+    pass
+
+
+@dataclass
+class _State:
+    current_id: str
+    val_cache: dict[str, dict[int, bool]]  # harness id -> val index -> passed
+    history: list[dict[str, Any]]
+    spend: Spend
+    streak: int = 0
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+    rejected: int = 0
+    invalid: int = 0
+    tried: list[str] = field(default_factory=list)
+    gain_curve: list[tuple[int, float]] = field(default_factory=list)
+    batches: int = 0
+
+
+class HarnessEvolution:
+    def __init__(
+        self,
+        config: EvolveConfig,
+        evaluator: Evaluator,
+        proposer: LLMProposer,
+        journal: Journal,
+        run_id: str,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.cfg = config
+        self.evaluator = evaluator
+        self.proposer = proposer
+        self.journal = journal
+        self.run_id = run_id
+        self.on_progress = on_progress
+        self.family = get_family(config.family)
+        self.rule = make_rule(config.rule, config.alpha)
+        self.val = self.family.generate("val", min(config.val_n, self.family.split_sizes["val"]))
+        self.train = self.family.generate("train")
+        self.log = structlog.get_logger(role="meta", run_id=run_id)
+        self._t0 = time.monotonic()
+        self._seconds_before = 0.0
+
+    # ------------------------------------------------------------------ public
+    def run(self, resume: bool = False) -> EvolveResult:
+        st = self._restore() if resume else None
+        baseline = self.family.baseline_harness()
+        if st is None:
+            self.journal.put_harness(baseline, rationale="family baseline", run_id=self.run_id)
+            st = _State(current_id=baseline.id, val_cache={}, history=[], spend=Spend())
+            self.journal.append_event(self.run_id, "config", self.cfg.to_json())
+        else:
+            self._seconds_before = st.spend.seconds
+            self.log.info("resumed", iteration=st.spend.iterations, harness_id=st.current_id[:12])
+        self._state = st
+        reason = "budget:iterations"
+        try:
+            self._ensure_val(baseline, range(len(self.val)))
+            if not st.gain_curve:
+                st.gain_curve.append((st.spend.rollouts, self._val_rate(st.current_id)))
+            while st.spend.iterations < self.cfg.budget.iterations:
+                self._check_budget()
+                self._iteration(st.spend.iterations)
+                st.spend.iterations += 1
+                self._checkpoint()
+                if st.streak >= self.cfg.plateau:
+                    reason = "plateau"
+                    break
+        except BudgetExhausted as e:
+            reason = f"budget:{e}"
+        self._tick()
+        current = self.journal.get_harness(st.current_id)
+        result = EvolveResult(
+            run_id=self.run_id,
+            harness_id=current.id,
+            baseline_id=baseline.id,
+            baseline_val=self._val_rate(baseline.id),
+            evolved_val=self._val_rate(current.id),
+            rollouts_used=st.spend.rollouts,
+            iterations=st.spend.iterations,
+            accepted=st.accepted,
+            rejected=st.rejected,
+            invalid=st.invalid,
+            stop_reason=reason,
+            spend=dataclasses.asdict(st.spend),
+            gain_curve=st.gain_curve,
+        )
+        self.journal.append_event(self.run_id, "result", dataclasses.asdict(result))
+        return result
+
+    # ------------------------------------------------------------------ one iteration
+    def _iteration(self, it: int) -> None:
+        st = self._state
+        current = self.journal.get_harness(st.current_id)
+        rng = random.Random(self.cfg.seed * 1_000_003 + it)
+        batch = rng.sample(self.train, min(self.cfg.train_batch, len(self.train)))
+        trajs = self._evaluate([(i, current) for i in batch], f"it{it}-train")
+        failures = [t for t in trajs if not t.passed and t.error != "infra"]
+        self._progress(it, "train", failures=len(failures))
+        if not failures:
+            st.streak += 1
+            return
+        evidence = build_evidence(self.cfg.family, current, failures, st.history, self.cfg.evidence_failures)
+        self._check_budget()
+        proposals, comp = self.proposer.propose(evidence, current, self.cfg.candidates, seed=self.cfg.seed + it)
+        st.spend.proposer_tokens += comp.prompt_tokens + comp.completion_tokens
+        st.spend.usd += comp.cost_usd
+        candidates: list[Proposal] = []
+        for p in proposals:
+            if p.error is None and (p.candidate.id in st.tried or p.candidate.id == current.id):
+                p = dataclasses.replace(p, candidate=None, error="already tried")
+            self.journal.append_event(
+                self.run_id,
+                "proposal",
+                {"iteration": it, "raw": p.raw, "error": p.error, "candidate": p.candidate.id if p.candidate else None},
+            )
+            if p.error:
+                st.invalid += 1
+            else:
+                st.tried.append(p.candidate.id)
+                candidates.append(p)
+        decisions = self._compare(current, candidates, it) if candidates else []
+        winner = None
+        for p, (verdict, r) in zip(candidates, decisions):
+            entry = {
+                **edit_to_json(p.edit),
+                "iteration": it,
+                "base": current.id[:12],
+                "outcome": verdict,
+                "wins": r.wins,
+                "losses": r.losses,
+                "evaluated": r.n,
+                "p_value": round(self.rule.p_value(r), 4),
+            }
+            st.history.append(entry)
+            self.journal.append_event(self.run_id, "decision", {**entry, "candidate": p.candidate.id})
+            if verdict == "accept" and (winner is None or r.gain > winner[1].gain):
+                winner = (p, r)
+            elif verdict != "accept":
+                st.rejected += 1
+        if winner is None:
+            st.streak += 1
+            self._progress(it, "rejected all")
+            return
+        p, r = winner
+        st.rejected += sum(1 for v, _ in decisions if v == "accept") - 1  # accepted but not the best
+        self._ensure_val(p.candidate, range(len(self.val)))  # exact val gain for the lineage
+        gain = self._val_rate(p.candidate.id) - self._val_rate(current.id)
+        self.journal.put_harness(
+            p.candidate, parent=current.id, edit=p.edit, rationale=p.edit.rationale, run_id=self.run_id, val_gain=gain
+        )
+        st.accepted.append({**edit_to_json(p.edit), "harness_id": p.candidate.id, "iteration": it, "val_gain": gain})
+        st.current_id = p.candidate.id
+        st.streak = 0
+        st.gain_curve.append((st.spend.rollouts, self._val_rate(p.candidate.id)))
+        self.log.info("accepted edit", iteration=it, harness_id=p.candidate.id[:12], val_gain=round(gain, 3))
+        self._progress(it, "accepted")
+
+    # ------------------------------------------------------------------ paired comparison
+    def _compare(self, current: Harness, candidates: list[Proposal], it: int) -> list[tuple[str, PairedResult]]:
+        n = len(self.val)
+        tallies = [[0, 0, 0] for _ in candidates]
+        decided: dict[int, str] = {}
+        chunk = self.cfg.chunk if self.cfg.early_stop else n
+        for start in range(0, n, chunk):
+            idx = range(start, min(start + chunk, n))
+            live = [c for c in range(len(candidates)) if c not in decided]
+            if not live:
+                break
+            self._ensure_val(current, idx)
+            jobs = [(self.val[j], candidates[c].candidate) for c in live for j in idx]
+            trajs = self._evaluate(jobs, f"it{it}-val{start}")
+            base = self._state.val_cache[current.id]
+            for k, t in enumerate(trajs):
+                c, j = live[k // len(idx)], idx[k % len(idx)]
+                self._state.val_cache.setdefault(candidates[c].candidate.id, {})[j] = t.passed
+                tally = tallies[c]
+                tally[0 if t.passed and not base[j] else 1 if base[j] and not t.passed else 2] += 1
+            remaining = n - idx.stop
+            for c in live:
+                verdict = self.rule.decide(PairedResult(*tallies[c], remaining=remaining))
+                if verdict and (self.cfg.early_stop or remaining == 0):
+                    decided[c] = verdict
+        return [(decided.get(c, "reject"), PairedResult(*tallies[c])) for c in range(len(candidates))]
+
+    # ------------------------------------------------------------------ rollouts and budgets
+    def _ensure_val(self, harness: Harness, idx: range) -> None:
+        cache = self._state.val_cache.setdefault(harness.id, {})
+        missing = [j for j in idx if j not in cache]
+        if missing:
+            trajs = self._evaluate([(self.val[j], harness) for j in missing], f"val-{harness.id[:12]}-{missing[0]}")
+            for j, t in zip(missing, trajs):
+                cache[j] = t.passed
+
+    def _evaluate(self, jobs: list[tuple[TaskInstance, Harness]], name: str) -> list[Trajectory]:
+        st = self._state
+        self._check_budget()
+        left = self.cfg.budget.rollouts - st.spend.rollouts
+        if len(jobs) > left:
+            raise BudgetExhausted("rollouts")
+        trajs = self.evaluator.evaluate(jobs, self.cfg.model, self.cfg.seed)
+        st.spend.rollouts += len(jobs)
+        st.spend.usd += sum(t.cost_usd for t in trajs)
+        st.batches += 1
+        # work redone after a resume gets fresh batch names (latencies differ, so the content does)
+        self.journal.put_trajectories(self.run_id, trajs, batch=f"{st.batches:05d}-{name}-{secrets.token_hex(3)}")
+        return trajs
+
+    def _tick(self) -> None:
+        self._state.spend.seconds = self._seconds_before + (time.monotonic() - self._t0)
+
+    def _check_budget(self) -> None:
+        self._tick()
+        b, s = self.cfg.budget, self._state.spend
+        for name, used, limit in (
+            ("rollouts", s.rollouts, b.rollouts),
+            ("proposer_tokens", s.proposer_tokens, b.proposer_tokens),
+            ("usd", s.usd, b.usd),
+            ("seconds", s.seconds, b.seconds),
+        ):
+            if used >= limit:
+                raise BudgetExhausted(name)
+
+    def _val_rate(self, harness_id: str) -> float:
+        cache = self._state.val_cache.get(harness_id, {})
+        return sum(cache.values()) / len(cache) if cache else 0.0
+
+    # ------------------------------------------------------------------ journal
+    def _checkpoint(self) -> None:
+        st = self._state
+        self._tick()
+        payload = dataclasses.asdict(st)
+        payload["val_cache"] = {h: {str(k): v for k, v in c.items()} for h, c in st.val_cache.items()}
+        self.journal.append_event(self.run_id, "checkpoint", payload)
+
+    def _restore(self) -> _State | None:
+        cps = self.journal.events(self.run_id, "checkpoint")
+        if not cps:
+            return None
+        d = dict(cps[-1].payload)
+        d["spend"] = Spend(**d["spend"])
+        d["val_cache"] = {h: {int(k): v for k, v in c.items()} for h, c in d["val_cache"].items()}
+        d["gain_curve"] = [tuple(x) for x in d["gain_curve"]]
+        return _State(**d)
+
+    def _progress(self, it: int, phase: str, **extra: Any) -> None:
+        if not self.on_progress:
+            return
+        st = self._state
+        self.on_progress(
+            {
+                "iteration": it,
+                "phase": phase,
+                "best_val": self._val_rate(st.current_id),
+                "accepted": len(st.accepted),
+                "rejected": st.rejected,
+                "invalid": st.invalid,
+                "rollouts": st.spend.rollouts,
+                "usd": round(st.spend.usd, 4),
+                "proposer_tokens": st.spend.proposer_tokens,
+                **extra,
+            }
+        )

@@ -1,0 +1,93 @@
+"""Edit-usage tracking: for each accepted edit, was it used in a rollout?
+
+- a tool added or altered: the tool was called;
+- a hook: it fired;
+- a context policy: it elided or summarised something;
+- a prompt section or recipe: the model acted on it — synthetic models report the harness phrases
+  they acted on (`TurnRecord.relied_on`); for other models, a phrase of the text (its name, or a
+  distinctive 4-word run) appears in what the assistant wrote.
+Removals and turn limits are structural (they apply to every rollout) and are not rated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from harness_store.values import (
+    AddHook,
+    AddRecipe,
+    AddTool,
+    AlterTool,
+    AppendSection,
+    HarnessEdit,
+    SetContextPolicy,
+    SetSection,
+    Trajectory,
+)
+
+
+def _assistant_text(t: Trajectory) -> str:
+    parts = []
+    for m in t.messages:
+        if m.get("role") == "assistant":
+            parts.append(m.get("content") or "")
+            parts += [c["function"].get("arguments") or "" for c in m.get("tool_calls") or ()]
+    return " ".join(parts).lower()
+
+
+def _text_used(text: str, name: str, t: Trajectory) -> bool:
+    relied = [r.lower() for turn in t.turns for r in turn.relied_on]
+    low = text.lower()
+    if any(r in low for r in relied):
+        return True
+    if any(turn.relied_on for turn in t.turns):
+        return False  # the model reports what it acted on, and this was not it
+    said = _assistant_text(t)
+    words = re.findall(r"[a-z0-9]+", low)
+    runs = {" ".join(words[i : i + 4]) for i in range(max(0, len(words) - 3))}
+    return name.lower().replace("_", " ") in said or any(r in said for r in runs)
+
+
+def op_used(op: Any, t: Trajectory) -> bool | None:
+    """True/False, or None for structural operations that are not rated."""
+    events = [e for turn in t.turns for e in turn.events]
+    called = {c["name"] for turn in t.turns for c in turn.tool_calls}
+    match op:
+        case AddTool(tool=tool):
+            return tool.name in called
+        case AlterTool(name=name):
+            return name in called
+        case AddHook(hook=h):
+            return f"hook:{h.kind}" in events
+        case SetContextPolicy():
+            return any(e.startswith("context:") for e in events)
+        case AddRecipe(recipe=r):
+            return _text_used(r.text, r.name, t)
+        case SetSection(name=name, text=text) | AppendSection(name=name, text=text):
+            return _text_used(text, name, t)
+        case _:
+            return None
+
+
+def edit_used(edit: HarnessEdit, t: Trajectory) -> bool | None:
+    verdicts = [v for v in (op_used(op, t) for op in edit.ops) if v is not None]
+    return any(verdicts) if verdicts else None
+
+
+def edit_usage(edits: Sequence[HarnessEdit], trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
+    """Usage rate of each edit over the rollouts (rated rollouts only)."""
+    out = []
+    for e in edits:
+        verdicts = [v for v in (edit_used(e, t) for t in trajectories) if v is not None]
+        out.append(
+            {
+                "ops": [type(op).__name__ for op in e.ops],
+                "rationale": e.rationale,
+                "used": sum(verdicts),
+                "rollouts": len(verdicts),
+                "rate": round(sum(verdicts) / len(verdicts), 4) if verdicts else None,
+            }
+        )
+    return out
