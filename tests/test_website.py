@@ -187,6 +187,7 @@ def test_stating_missing_facts_raises_weak_pass_rate():
     base = FAMILY.baseline_harness()
     uncommon = [f for f in FAMILY.facts if not f.common]
     assert all(f.stated_in(f.statement) for f in FAMILY.facts)
+    assert all(c.stated_in(c.statement) for c in FAMILY.constraints)
     edit = HarnessEdit(
         ops=tuple(AddRecipe(Recipe(f.id, f.statement)) for f in uncommon),
         rationale="state the CMS rules",
