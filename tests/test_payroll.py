@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import pytest
 
+from agents.report import failure_causes
 from harness_store.edits import apply_edit
-from harness_store.values import AddRecipe, HarnessEdit, Recipe
+from harness_store.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
 from tasks import get_family
 from tasks.base import Knowledge
 from tasks.payroll import ERROR_TYPES, audit
@@ -191,13 +192,26 @@ def test_fact_statements_state_themselves():
     assert sum(f.common for f in FAM.facts) <= 1
 
 
-def test_recipe_stating_missing_facts_raises_weak_pass_rate():
+@pytest.fixture(scope="module")
+def weak_baseline():
     val = FAM.generate("val")
-    base = FAM.baseline_harness()
-    before = rollout_all(val, base, "synthetic/weak")
+    return val, rollout_all(val, FAM.baseline_harness(), "synthetic/weak")
+
+
+def test_recipe_stating_missing_facts_raises_weak_pass_rate(weak_baseline):
+    val, before = weak_baseline
     missing = {f for t in before for c in t.causes if c.get("category") == "implicit-knowledge" for f in c["facts"]}
     assert missing
     recipes = tuple(AddRecipe(Recipe(f.id, f.statement)) for f in FAM.facts if f.id in missing)
-    edited = apply_edit(base, HarnessEdit(recipes, rationale="state the missing pay rules"))
+    edited = apply_edit(FAM.baseline_harness(), HarnessEdit(recipes, rationale="state the missing pay rules"))
     after = rollout_all(val, edited, "synthetic/weak")
     assert pass_rate(after) > pass_rate(before) + 0.1, (pass_rate(before), pass_rate(after))
+
+
+def test_validation_hook_repairs_weak_tool_errors(weak_baseline):
+    val, before = weak_baseline
+    hooked = apply_edit(FAM.baseline_harness(), HarnessEdit((AddHook(HookSpec("before_call", "validate_args")),)))
+    after = rollout_all(val, hooked, "synthetic/weak")
+    assert failure_causes(before).get("tool-use", 0) > 0
+    assert failure_causes(after).get("tool-use", 0) == 0
+    assert pass_rate(after) > pass_rate(before)
