@@ -6,7 +6,24 @@ code the agent wrote happens in `tasks.sandbox` (a fresh subprocess with time/me
 directory, no network). The checker reads the final repository, never the agent's words: AST checks
 (old name gone, helper exists and is used, no duplicate block left, deprecated call gone, the package
 imports only allowed modules) and the visible and hidden tests, run in the sandbox against the
-agent's package with the checker's own copies of the tests.
+agent's package with the checker's own copies of the tests (so deleting or editing tests cannot help;
+the visible test files must also still hold their test functions).
+
+Kinds (one per instance) and their traps, each present with a difficulty-dependent probability:
+- rename `old` -> `new` across modules and tests. Traps: `__all__` lists the name as a string
+  (fact `string_references`); a class in another module has a method of the same name, which must keep
+  it (fact `method_namesake`).
+- extract a copy-pasted block into `helper(value)` in a new module. Traps: the block computes a value
+  the caller uses afterwards, so the helper must return it and callers assign it (fact
+  `block_outputs`); one more block differs in a single constant and must stay (fact `near_duplicate`).
+- replace deprecated `datetime.utcnow()` with `datetime.now(timezone.utc)`. Trap: some call sites mix
+  the value with naive datetimes or print its isoformat, which need `.replace(tzinfo=None)` (fact
+  `aware_datetime`).
+- any kind may also ask for a CHANGELOG.md line under `## Unreleased` (constraint `changelog`; the
+  careless branch appends it at the end of the file).
+The reference plan: list_files, search (literal, with context), [read CHANGELOG.md], apply_patch (one
+multi-file unified diff), [write CHANGELOG.md], run_tests, finish. The size knob scales call sites,
+modules and unrelated functions (size 8 overflows the weak model's context window).
 """
 
 from __future__ import annotations

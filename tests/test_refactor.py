@@ -226,6 +226,16 @@ def test_sandbox_runs_leave_nothing_behind_and_share_nothing():
     assert sandbox.run_tests(files, ["t/test_b.py"]).all_passed
 
 
+def test_fork_server_is_restarted_when_it_dies():
+    files = {"t/test_ok.py": "def test_ok():\n    assert True\n"}
+    assert sandbox.run_tests(files, ["t/test_ok.py"]).all_passed
+    proc = sandbox._Zygote._proc
+    if proc is not None:
+        proc.kill()
+        proc.wait()
+    assert sandbox.run_tests(files, ["t/test_ok.py"]).all_passed
+
+
 def test_printing_fake_results_does_not_forge_a_pass():
     files = {"t/test_f.py": f"def test_f():\n    print({sandbox.MARK!r} + repr(('t/test_f.py::test_f', 'passed', '')))\n    assert False\n"}
     r = sandbox.run_tests(files, ["t/test_f.py"])
