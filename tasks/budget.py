@@ -491,6 +491,7 @@ def policy_text(w: BudgetWorld) -> str:
         ),
         "4. Budget: reject with `insufficient_budget` when the department's remaining budget does not cover it.",
         "5. Approval limits (by requester level): escalate an amount over the limit with `above_approval_limit`.",
+        "   An escalated request does not draw on the budget unless it is approved later.",
         "6. Otherwise approve with `within_policy`.",
         "",
         "## Category caps (USD)",

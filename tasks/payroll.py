@@ -316,7 +316,7 @@ def _world(seed: int, params_json: str) -> PayrollWorld:
             week = periods[0] if role == "wrong_rate" and rng.random() < 0.5 else rng.choice(periods)
         error_week[eid] = week
         if role == "rate_change":  # raise takes effect inside or after the audited range
-            later = [p for p in periods[1:]] + [(_d(periods[-1]) + dt.timedelta(weeks=rng.randint(1, 3))).isoformat()]
+            later = [*periods[1:], (_d(periods[-1]) + dt.timedelta(weeks=rng.randint(1, 3))).isoformat()]
             rates.append((rng.choice(later), _money(rates[-1][1] + bump)))
         if role == "wrong_rate":
             if week == periods[0]:  # payroll missed a raise effective at the start of the range
@@ -324,7 +324,8 @@ def _world(seed: int, params_json: str) -> PayrollWorld:
                 stub_rate_override[(eid, week)] = rates[-2][1]
             else:  # a keying error
                 right = rates[-1][1]
-                delta = rng.choice((-1, 1)) * (rng.randrange(50, 300, 25) / 100 if pay_type == "hourly" else rng.randrange(20, 120, 5))
+                size_of = rng.randrange(50, 300, 25) / 100 if pay_type == "hourly" else rng.randrange(20, 120, 5)
+                delta = rng.choice((-1, 1)) * size_of
                 stub_rate_override[(eid, week)] = _money(right + delta)
         status, term = "active", None
         if role == "terminated_paid":
