@@ -148,13 +148,13 @@ def _seen(messages: list[dict[str, Any]], window: int) -> set[int]:
     return seen
 
 
-def _mutate(args: dict[str, Any], schema: dict[str, Any], rng: random.Random) -> tuple[dict[str, Any], str]:
+def _mutate(args: dict[str, Any], schema: dict[str, Any], rng: random.Random) -> tuple[dict[str, Any], str] | None:
+    """Drop one required argument (a malformed call a schema check catches); None when there is none."""
     required = [r for r in schema.get("required", ()) if r in args]
-    if required:
-        victim = rng.choice(sorted(required))
-        bad = {k: v for k, v in args.items() if k != victim}
-        return bad, f"dropped required argument {victim!r}"
-    return {**args, "verbose": True}, "added unknown argument 'verbose'"
+    if not required:
+        return None
+    victim = rng.choice(sorted(required))
+    return {k: v for k, v in args.items() if k != victim}, f"dropped required argument {victim!r}"
 
 
 class SyntheticPolicy:
@@ -253,8 +253,9 @@ class SyntheticPolicy:
                 cause = self._attribute(family, instance, n, step, k, matched)
             relied_on += self._relied_on(family, instance, n, step, k, text)
             rng = _rng(instance.id, model, seed, n, attempts.get(n, 0))
-            if rng.random() < self.profile.error_rate:
-                args, what = _mutate(args, schemas.get(step.tool, {}), rng)
+            mutated = _mutate(args, schemas.get(step.tool, {}), rng) if rng.random() < self.profile.error_rate else None
+            if mutated:
+                args, what = mutated
                 cause = cause or {"category": "tool-use", "detail": f"{step.tool}: {what}", "step": n}
             calls.append(
                 {
