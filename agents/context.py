@@ -29,7 +29,7 @@ def message_tokens(m: dict[str, Any]) -> int:
 
 
 def is_cut(content: str) -> bool:
-    return content.startswith(ELIDED) or content.startswith(SUMMARISED)
+    return content.startswith((ELIDED, SUMMARISED))
 
 
 def apply_policy(

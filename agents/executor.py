@@ -190,7 +190,7 @@ class Executor:
                     return held, True, False, [h.kind]
         try:
             result = env.call(spec.impl, args)
-        except Exception as e:  # an environment bug must not kill the rollout; it is recorded
+        except Exception as e:  # noqa: BLE001 — an environment bug must not kill the rollout; it is recorded
             return f"error: tool {name} crashed: {type(e).__name__}: {e}", False, False, []
         return result.content, not result.error, result.finished, []
 
@@ -201,7 +201,7 @@ class Executor:
                 return await asyncio.wait_for(
                     self.client.acomplete(model, messages, tools, seed=seed), self.retry.call_timeout_s
                 )
-            except Exception as e:  # transport, provider, timeout: all retried, then infra
+            except Exception as e:  # noqa: BLE001 — transport, provider, timeout: all retried, then infra
                 last = e
                 if attempt + 1 < self.retry.attempts:
                     delay = min(self.retry.backoff_max_s, self.retry.backoff_s * 2**attempt)

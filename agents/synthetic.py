@@ -276,10 +276,11 @@ class SyntheticPolicy:
         the visible harness states them, and without which this step's arguments would differ."""
         low = text.lower()
         out = []
+        intrinsic = self.known_facts(family)
         for f in family.facts:
-            if f.id in step.facts and f.id in k.facts and f.id not in self.known_facts(family):
-                if family.plan(instance, replace(k, facts=k.facts - {f.id}))[n].args != step.args:
-                    out += [c for c in f.cues if c.lower() in low][:1]
+            learned = f.id in step.facts and f.id in k.facts and f.id not in intrinsic
+            if learned and family.plan(instance, replace(k, facts=k.facts - {f.id}))[n].args != step.args:
+                out += [c for c in f.cues if c.lower() in low][:1]
         if step.constraint and step.constraint in k.constraints and not self.profile.follows_constraints:
             c = next(c for c in family.constraints if c.id == step.constraint)
             if family.plan(instance, replace(k, constraints=k.constraints - {c.id}))[n].args != step.args:

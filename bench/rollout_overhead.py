@@ -25,9 +25,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from agents.executor import TASK_ID_LINE, openai_tool  # noqa: E402
-from agents.synthetic import respond  # noqa: E402
-from tasks import get_family  # noqa: E402
+from agents.executor import TASK_ID_LINE, openai_tool
+from agents.synthetic import respond
+from tasks import get_family
 
 MODEL = "synthetic/weak"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.table import Table
@@ -99,7 +99,7 @@ class EvolveProgress:
         self.enabled = enabled
         self._live = None
 
-    def __enter__(self) -> EvolveProgress:
+    def __enter__(self) -> Self:
         if self.enabled:
             from rich.live import Live
 

@@ -14,9 +14,10 @@ import hashlib
 import json
 import random
 import re
+import sqlite3
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from harness_store.values import Harness, Outcome, PromptSection, TaskInstance, ToolSpec
 
@@ -118,6 +119,16 @@ class TaskEnv(ABC):
         return ToolResult("finished", finished=True)
 
 
+READ_ONLY_SQL = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+)
+
+
+def read_only_authorizer(action: int, *_: Any) -> int:
+    """For `sqlite3.Connection.set_authorizer`: plain reads only (no writes, no PRAGMA, no ATTACH)."""
+    return sqlite3.SQLITE_OK if action in READ_ONLY_SQL else sqlite3.SQLITE_DENY
+
+
 def _clean_type_error(e: TypeError) -> str:
     return re.sub(r"^\S*\(\)\s*", "", str(e))
 
@@ -147,8 +158,8 @@ class TaskFamily(ABC):
     title: str
     facts: tuple[DomainFact, ...] = ()
     constraints: tuple[Constraint, ...] = ()
-    split_sizes: dict[str, int] = {"train": 60, "val": 50, "test": 50}
-    default_params: dict[str, Any] = {"difficulty": 2, "size": 1}
+    split_sizes: ClassVar[dict[str, int]] = {"train": 60, "val": 50, "test": 50}
+    default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
 
     # ---------------------------------------------------------------- generation
     def generate(self, split: str, n: int | None = None, seed: int = 0, **params: Any) -> list[TaskInstance]:

@@ -12,7 +12,7 @@ import random
 import sqlite3
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 from harness_store.values import Outcome, TaskInstance, ToolSpec
 from tasks.base import (
@@ -25,6 +25,7 @@ from tasks.base import (
     TaskFamily,
     ToolArgError,
     ToolResult,
+    read_only_authorizer,
 )
 
 SENSORS = {
@@ -69,7 +70,7 @@ def _fmt(v: float | None) -> str:
 class IotFamily(TaskFamily):
     name = "iot"
     title = "IoT sensor anomaly detection"
-    default_params = {"difficulty": 2, "size": 1}
+    default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
     facts = (
         DomainFact(
             "sustained_only",
@@ -288,7 +289,7 @@ def detect(w: IotWorld, k: Knowledge) -> list[dict[str, Any]]:
                 lo, hi = w.overrides.get((m, s), (lo, hi))
             values = w.readings[(m, s)]
 
-            def bad(v: float | None) -> bool:
+            def bad(v: float | None, lo: float = lo, hi: float = hi) -> bool:
                 if v is None:
                     return "null_is_offline" not in facts
                 if "inclusive_ranges" in facts:
@@ -330,7 +331,7 @@ class IotEnv(TaskEnv):
             ],
         )
         self.db.commit()
-        self.db.execute("PRAGMA query_only = ON")
+        self.db.set_authorizer(read_only_authorizer)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return (*TOOLS, FINISH_TOOL)

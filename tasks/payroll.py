@@ -34,6 +34,7 @@ from tasks.base import (
     TaskFamily,
     ToolArgError,
     ToolResult,
+    read_only_authorizer,
 )
 
 ERROR_TYPES = ("missed_overtime", "wrong_rate", "duplicate_payment", "terminated_paid", "wrong_deduction")
@@ -707,8 +708,6 @@ def _split_sql(query: str) -> list[str]:
     return statements
 
 
-_ALLOWED_SQL = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
-_ALLOWED_SQL |= {getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
 
 
 class PayrollEnv(TaskEnv):
@@ -736,11 +735,7 @@ class PayrollEnv(TaskEnv):
         )
         self.db.commit()
         self.initial_fingerprint = self.fingerprint()
-        self.db.set_authorizer(self._authorize)
-
-    @staticmethod
-    def _authorize(action: int, *_: Any) -> int:
-        return sqlite3.SQLITE_OK if action in _ALLOWED_SQL else sqlite3.SQLITE_DENY
+        self.db.set_authorizer(read_only_authorizer)
 
     def fingerprint(self) -> str:
         self.db.set_authorizer(None)
@@ -755,7 +750,7 @@ class PayrollEnv(TaskEnv):
         except sqlite3.Error as e:
             return f"unreadable: {e}"
         finally:
-            self.db.set_authorizer(self._authorize)
+            self.db.set_authorizer(read_only_authorizer)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return (*TOOLS, FINISH_TOOL)
