@@ -28,6 +28,7 @@ def configure_logging(json_lines: bool | None = None, level: str | None = None) 
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS.get(level, logging.WARNING)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # resolve sys.stderr at each use: it may be swapped (pytest, CliRunner) after configuration
+        logger_factory=lambda *_: structlog.PrintLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
