@@ -9,7 +9,8 @@ epoch, adapter registered in a scratch store). Printed, as ratios Ray / bare:
 - job tokens/s: tokens over the whole wall time (bare: load + loop + checkpoints; Ray: `fit()` end to
   end, worker start-up included), which approaches the loop ratio as jobs get longer.
 
-Rounds alternate bare/Ray and the median is kept, since other work on the machine adds noise.
+Rounds alternate bare/Ray; each round gives a paired ratio and the median over rounds is printed,
+since other work on a shared machine moves absolute rates by several times between minutes.
 
     python bench/train_throughput.py [--base MODEL_DIR] [--rounds 2] [--repeat 40] [--threads 2]
 """
@@ -89,6 +90,9 @@ def main() -> None:
     def med(side: str, k: int) -> float:
         return statistics.median(r[k] for r in results[side])
 
+    def ratio(k: int) -> float:
+        return statistics.median(r[k] / b[k] for r, b in zip(results["ray"], results["bare"], strict=True))
+
     steps = results["bare"][0][2]
     assert all(r[2] == steps for side in results.values() for r in side), "step counts differ"
     out = {
@@ -97,10 +101,13 @@ def main() -> None:
         "threads": args.threads,
         "bare_loop_tok_s": round(med("bare", 0), 1),
         "ray_loop_tok_s": round(med("ray", 0), 1),
-        "loop_ratio": round(med("ray", 0) / med("bare", 0), 3),
+        "loop_ratio": round(ratio(0), 3),
+        "loop_ratio_per_round": [
+            round(r[0] / b[0], 3) for r, b in zip(results["ray"], results["bare"], strict=True)
+        ],
         "bare_job_tok_s": round(med("bare", 1), 1),
         "ray_job_tok_s": round(med("ray", 1), 1),
-        "job_ratio": round(med("ray", 1) / med("bare", 1), 3),
+        "job_ratio": round(ratio(1), 3),
     }
     print(json.dumps(out, indent=2))
     print(

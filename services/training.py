@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -71,6 +71,9 @@ class TrainConfig(BaseModel):
     num_workers: int = Field(1, ge=1, description="Ray Train workers (data parallel)")
     cpus_per_worker: float = Field(1.0, gt=0, description="CPUs per Train worker; torch threads follow it")
     use_gpu: bool = False
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="base weights' dtype (bfloat16 on GPUs; the LoRA weights train in float32)"
+    )
 
     @field_validator("target_modules")
     @classmethod
@@ -277,7 +280,8 @@ def run_peft_loop(
     rows = [_row_from_json(r, f"row {i}") for i, r in enumerate(loop["rows"])]
     encoded = [encode_row(r, tokenizer, cfg.max_seq_len) for r in rows]
 
-    model = AutoModelForCausalLM.from_pretrained(loop["base"], dtype=torch.float32)
+    device = torch.device("cuda", torch.cuda.current_device()) if cfg.use_gpu else torch.device("cpu")
+    model = AutoModelForCausalLM.from_pretrained(loop["base"], dtype=getattr(torch, cfg.dtype)).to(device)
     lora = LoraConfig(
         r=cfg.rank,
         lora_alpha=cfg.alpha,
@@ -285,7 +289,7 @@ def run_peft_loop(
         target_modules=list(cfg.target_modules),
         task_type="CAUSAL_LM",
     )
-    model = get_peft_model(model, lora)
+    model = get_peft_model(model, lora)  # autocast_adapter_dtype: LoRA weights stay float32 on a bf16 base
     optim = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
@@ -293,9 +297,11 @@ def run_peft_loop(
     ckpt = restore()
     if ckpt:
         ck = Path(ckpt)
-        set_peft_model_state_dict(model, load_file(str(ck / "adapter" / "adapter_model.safetensors")))
-        trainer_state = torch.load(ck / "trainer_state.pt", weights_only=False)
-        optim.load_state_dict(trainer_state["optimizer"])
+        set_peft_model_state_dict(
+            model, load_file(str(ck / "adapter" / "adapter_model.safetensors"), device=str(device))
+        )
+        trainer_state = torch.load(ck / "trainer_state.pt", weights_only=False, map_location=device)
+        optim.load_state_dict(trainer_state["optimizer"])  # moves its state to the parameters' device
         state.update(json.loads((ck / "state.json").read_text()))
         state["resumed_from_epoch"] = state["epoch"]
     if wrap_model is not None:
@@ -315,7 +321,7 @@ def run_peft_loop(
         for b in range(per_epoch):
             batch = [encoded[j] for j in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]] or [encoded[0]]
             t0 = time.perf_counter()
-            out = model(**_collate(batch, pad_id))
+            out = model(**{k: v.to(device) for k, v in _collate(batch, pad_id).items()})
             out.loss.backward()
             optim.step()
             optim.zero_grad(set_to_none=True)
