@@ -69,7 +69,8 @@ def eval_cmd(
     split: Annotated[str, typer.Option("--split")] = "val",
     n: Annotated[int, typer.Option("--n", help="instances per family")] = 50,
     harness: Annotated[str, typer.Option("--harness", help="harness id, prefix, alias or 'baseline'")] = "baseline",
-    model: Annotated[str, typer.Option("--model", help="provider/model[@adapter]")] = "synthetic/weak",
+    model: Annotated[str, typer.Option("--model", help="provider/model[@adapter], or several, comma-separated")] = "synthetic/weak",
+    reference: Annotated[bool, typer.Option("--reference", help="also score the reference solver")] = False,
     workers: Annotated[int, typer.Option("--workers", help="rollout actors")] = 2,
     address: Annotated[str | None, typer.Option("--address", help="attach to a Ray cluster")] = None,
     seed: SeedOpt = 0,
@@ -77,21 +78,29 @@ def eval_cmd(
     as_json: JsonOpt = False,
     log_json: LogJsonOpt = False,
 ) -> None:
-    """Evaluate a model under a harness on a split; store trajectories and the result."""
-    from cluster.jobs import EvalRequest, run_eval, validate_eval
+    """Evaluate models under a harness on a split; store trajectories and results.
+
+    One family and one model print one table row (`--json`: one object); several families (`--family
+    all`) or models print one row per (family, model) and a family x model pass-rate table (`--json`: a
+    list of objects)."""
+    from cluster.jobs import EvalRequest, reference_result, run_eval, validate_eval
     from services.logs import configure_logging
 
     configure_logging(json_lines=log_json or None)
-    req = EvalRequest(family, split, n, harness, model, workers, seed, address)
+    models = tuple(m.strip() for m in model.split(",") if m.strip())
+    req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference)
     plan = validate_eval(req, store)  # raises on bad input; writes nothing
+    refs = [reference_result(f, plan.instances[f], split) for f in plan.families] if reference else []
     results = run_eval(plan, progress=not as_json)
+    rows = refs + [r.as_json() for r in results]
     if as_json:
-        rows = [r.as_json() for r in results]
-        _echo_json(rows[0] if len(rows) == 1 and family != "all" else rows)
-    else:
-        from cluster.display import eval_table
+        _echo_json(rows[0] if len(rows) == 1 else rows)
+        return
+    from cluster.display import eval_table, suite_table
 
-        eval_table(results)
+    eval_table(results)
+    if len(rows) > 1:
+        suite_table(rows)
 
 
 # ------------------------------------------------------------------------------------------- evolve

@@ -46,6 +46,20 @@ def eval_table(results: Sequence[Any]) -> None:
         console.print("[dim]synthetic models are a testbed, not evidence about real models[/dim]")
 
 
+def suite_table(rows: Sequence[dict[str, Any]]) -> None:
+    """Pass rate per family (rows) and model (columns)."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    rate = {(r["family"], r["model"]): r["pass_rate"] for r in rows}
+    t = Table(title="pass rate by family and model")
+    t.add_column("family")
+    for m in models:
+        t.add_column(m)
+    for f in families:
+        t.add_row(f, *(f"{rate[(f, m)]:.0%}" if (f, m) in rate else "-" for m in models))
+    console.print(t)
+
+
 def harness_table(records: Sequence[Any], aliases: dict[str, list[str]]) -> None:
     t = Table(title="harnesses")
     for col in ("id", "family", "parent", "aliases", "val gain", "rationale"):

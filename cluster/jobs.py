@@ -19,10 +19,11 @@ class EvalRequest:
     split: str
     n: int
     harness: str
-    model: str
+    models: tuple[str, ...]
     workers: int
     seed: int
     address: str | None
+    reference: bool = False  # also score each family's reference solver
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
         raise ValueError(f"--workers must be positive, got {req.workers}")
     families = tuple(family_names()) if req.family == "all" else (req.family,)
     fams = {f: get_family(f) for f in families}  # unknown family -> ValueError
-    validate_model(req.model)
+    if not req.models:
+        raise ValueError("--model names no model")
+    for m in req.models:
+        validate_model(m)
     existing = store_path.exists()
     store = HarnessStore(store_path, create=False) if existing else None
     harnesses: dict[str, Harness] = {}
@@ -111,10 +115,20 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     return EvalPlan(req, store_path, families, harnesses, baseline, instances)
 
 
+def reference_result(fam: str, instances: list[TaskInstance], split: str) -> dict[str, Any]:
+    """The reference solver's score on the same instances (no model: the plan run through the tools)."""
+    from tasks import get_family
+
+    family = get_family(fam)
+    passed = sum(family.reference_solve(i)[0].passed for i in instances)
+    return {"family": fam, "model": "reference", "split": split, "n": len(instances), "passed": passed,
+            "pass_rate": round(passed / len(instances), 4), "errors": {}, "run_id": None}
+
+
 def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
     from cluster.runtime import start_ray
     from harness_store.store import HarnessStore
-    from services.pool import RolloutJob, RolloutPool
+    from services.pool import RolloutPool
 
     req = plan.request
     store = HarnessStore(plan.store_path, create=True)
@@ -127,29 +141,37 @@ def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
             store.put_harness(h, rationale="family baseline" if plan.baseline[fam] else "")
             if plan.baseline[fam]:
                 store.set_alias(f"{fam}:baseline", h.id)
-            config = {
-                "family": fam, "split": req.split, "n": req.n, "harness_id": h.id, "model": req.model,
-                "seed": req.seed, "workers": req.workers,
-            }
-            run_id = store.create_run("eval", config)
-            log = structlog.get_logger(role="eval", run_id=run_id, harness_id=h.id[:12])
-            log.info("eval started", family=fam, model=req.model, n=req.n)
-            started = time.perf_counter()
-            try:
-                jobs = [RolloutJob(i, h, req.model, req.seed) for i in plan.instances[fam]]
-                trajs = pool.run(jobs, progress=progress, description=f"{fam} {req.model}")
-                store.put_trajectories(run_id, trajs)
-                summary = summarise(trajs, split=req.split, seed=req.seed)
-                res = EvalResult(run_id, summary, failure_causes(trajs), time.perf_counter() - started)
-                store.finish_run(run_id, "done", res.as_json())
-            except BaseException as e:
-                store.finish_run(run_id, "failed", {"error": f"{type(e).__name__}: {e}"})
-                raise
-            log.info("eval done", pass_rate=summary.pass_rate)
-            results.append(res)
+            for model in req.models:
+                results.append(_eval_one(store, pool, plan, fam, h, model, progress))
     finally:
         pool.shutdown()
     return results
+
+
+def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model: str, progress: bool) -> EvalResult:
+    from services.pool import RolloutJob
+
+    req = plan.request
+    config = {
+        "family": fam, "split": req.split, "n": req.n, "harness_id": h.id, "model": model,
+        "seed": req.seed, "workers": req.workers,
+    }
+    run_id = store.create_run("eval", config)
+    log = structlog.get_logger(role="eval", run_id=run_id, harness_id=h.id[:12])
+    log.info("eval started", family=fam, model=model, n=req.n)
+    started = time.perf_counter()
+    try:
+        jobs = [RolloutJob(i, h, model, req.seed) for i in plan.instances[fam]]
+        trajs = pool.run(jobs, progress=progress, description=f"{fam} {model}")
+        store.put_trajectories(run_id, trajs)
+        summary = summarise(trajs, split=req.split, seed=req.seed)
+        res = EvalResult(run_id, summary, failure_causes(trajs), time.perf_counter() - started)
+        store.finish_run(run_id, "done", res.as_json())
+    except BaseException as e:
+        store.finish_run(run_id, "failed", {"error": f"{type(e).__name__}: {e}"})
+        raise
+    log.info("eval done", pass_rate=summary.pass_rate)
+    return res
 
 
 # ------------------------------------------------------------------------------------------ evolve

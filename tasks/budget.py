@@ -32,7 +32,7 @@ from tasks.base import (
 )
 
 TRAPS = ("running_balance", "split_purchase", "renamed_vendor")
-TRAP_RATE = {1: 0.08, 2: 0.18, 3: 0.4}
+TRAP_RATE = {1: 0.08, 2: 0.25, 3: 0.4}
 DECISIONS = ("approve", "reject", "escalate")
 REASONS = {
     "within_policy": "approve",

@@ -75,7 +75,7 @@ class Recorded:
 
 
 def small_config(**kw):
-    base = dict(family="iot", model="synthetic/weak", train_batch=12, val_n=30, candidates=3, plateau=2)
+    base = dict(family="iot", model="synthetic/weak", train_batch=12, val_n=40, candidates=3, plateau=2)
     budget = kw.pop("budget", Budget(iterations=6, rollouts=1500))
     return EvolveConfig(**{**base, **kw}, budget=budget)
 
@@ -111,7 +111,7 @@ def test_evolution_with_synthetic_meta_improves_weak_val(tmp_path):
 
 @pytest.mark.parametrize("limit", [100, 333])
 def test_rollout_budget_is_never_exceeded(tmp_path, limit):
-    loop, _ = make_loop(tmp_path, small_config(budget=Budget(iterations=50, rollouts=limit)))
+    loop, _ = make_loop(tmp_path, small_config(plateau=100, budget=Budget(iterations=50, rollouts=limit)))
     ev = loop.evaluator
     result = loop.run()
     assert result.stop_reason == "budget:rollouts"

@@ -47,11 +47,12 @@ def propose(messages: list[dict[str, Any]], seed: int) -> str:
     counts = Counter(c.get("category", "other") for c in causes)
     missing_facts = Counter(fid for c in causes if c.get("category") == "implicit-knowledge" for fid in c.get("facts", ()))
     candidates: list[dict[str, Any]] = []
-    for fid, _ in missing_facts.most_common():
-        fact = next((f for f in family.facts if f.id == fid), None)
-        if fact:
-            candidates.append(_edit([{"op": "add_recipe", "name": fact.id, "text": fact.statement}],
-                                    f"failures show the agent does not know: {fact.statement}", "implicit-knowledge"))
+    facts = [f for fid, _ in missing_facts.most_common() for f in family.facts if f.id == fid]
+    recipes = [{"op": "add_recipe", "name": f.id, "text": f.statement} for f in facts]
+    if len(recipes) > 1:  # every fact the failures show missing, as one edit
+        candidates.append(_edit(recipes, "failures show the agent lacks these domain facts", "implicit-knowledge"))
+    for f, op in zip(facts, recipes):
+        candidates.append(_edit([op], f"failures show the agent does not know: {f.statement}", "implicit-knowledge"))
     if counts.get("tool-use") and "validate_args" not in harness_text:
         candidates.append(_edit([{"op": "add_hook", "kind": "validate_args", "params": {}}],
                                 "tool calls with malformed arguments went through unchecked", "tool-use"))
