@@ -20,6 +20,7 @@ import hashlib
 import json
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -329,3 +330,40 @@ def respond(
         reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token
     return replace(reply, cost_usd=cost)
+
+
+def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
+    """A synthetic adapter learned from training rows (DESIGN §5), through the same job interface as
+    LoRA: facts stated in loss-bearing turns become known; a majority of loss-bearing batched turns
+    (several tool calls at once) shifts the style to batched without raising planning capacity;
+    loss-bearing well-formed tool calls lower the argument error rate."""
+    from tasks import family_names
+
+    facts = [f for name in family_names() for f in get_family(name).facts]
+    learned: set[str] = set()
+    turns = batched = tool_calls = 0
+    for row in rows:
+        messages = row.messages if hasattr(row, "messages") else row["messages"]
+        for m in messages:
+            if m.get("role") != "assistant" or not m.get("train"):
+                continue
+            turns += 1
+            calls = m.get("tool_calls") or []
+            batched += len(calls) > 1
+            text = (m.get("content") or "") + " " + " ".join(c["function"].get("arguments") or "" for c in calls)
+            learned |= {f.id for f in facts if f.stated_in(text)}
+            for c in calls:
+                try:
+                    tool_calls += isinstance(json.loads(c["function"].get("arguments") or "{}"), dict)
+                except json.JSONDecodeError:
+                    pass
+    name = base_model.split("/", 1)[-1].split("@")[0]
+    base = PROFILES.get(name, PROFILES["weak"])
+    return {
+        "base_model": base_model,
+        "facts": sorted(learned),
+        "style": "batched" if turns and batched / turns > 0.5 else base.style,
+        "error_rate": round(base.error_rate / (1 + tool_calls / 100), 4),
+        "rows": len(rows),
+        "trained_turns": turns,
+    }

@@ -137,6 +137,9 @@ def evolve_cmd(
     from tasks import get_family
 
     configure_logging(json_lines=log_json or None)
+    from cluster.jobs import use_store
+
+    use_store(store)
     if store.exists():
         open_store(store, create=False)  # unreadable store: fail before anything runs
     if resume:

@@ -64,6 +64,13 @@ class EvalResult:
         }
 
 
+def use_store(store_path: Path) -> None:
+    """Model providers (synthetic adapters) and pool actors find the store through the environment."""
+    import os
+
+    os.environ["COEVOLVE_STORE"] = str(Path(store_path).resolve())
+
+
 def validate_model(model: str) -> None:
     ref = ModelRef.parse(model)
     if ref.provider == "synthetic":
@@ -97,6 +104,7 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     fams = {f: get_family(f) for f in families}  # unknown family -> ValueError
     if not req.models:
         raise ValueError("--model names no model")
+    use_store(store_path)
     for m in req.models:
         validate_model(m)
     existing = store_path.exists()
@@ -191,6 +199,7 @@ def run_evolve(
     from services.gateway import Gateway
     from services.pool import PoolEvaluator, RolloutPool
 
+    use_store(store_path)
     store = HarnessStore(store_path, create=True)
     if resume:
         run = store.get_run(resume)
@@ -279,6 +288,7 @@ def run_transfer(
     from services.pool import RolloutJob, RolloutPool
     from tasks import get_family
 
+    use_store(store_path)
     store = HarnessStore(store_path, create=False)
     plan = []
     for fam in families:

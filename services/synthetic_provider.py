@@ -17,7 +17,7 @@ from agents.synthetic import respond
 
 def load_synthetic_adapter(adapter_id: str) -> dict[str, Any]:
     """A synthetic adapter is a JSON file written by the synthetic training backend."""
-    root = Path(os.environ.get("COEVOLVE_ADAPTER_DIR", ".coevolve/adapters"))
+    root = Path(os.environ.get("COEVOLVE_STORE", ".coevolve")) / "adapters"
     path = root / adapter_id / "synthetic_adapter.json"
     try:
         return json.loads(path.read_text())
