@@ -30,6 +30,7 @@ from tasks.base import Knowledge, PlanStep, TaskFamily
 
 TASK_ID = re.compile(r"\(Task id: ([^)\s]+)\)")
 HOOK_PREFIXES = ("[validate_args]", "[finish_checklist]", "[progress_reminder]")
+STEPWISE_CUE = "one tool call per turn"
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ PROFILES: dict[str, SyntheticProfile] = {
         knows="common",
         error_rate=0.15,
         context_window=8_000,
-        planning_capacity=2,
+        planning_capacity=1,
         style="stepwise",
         follows_constraints=False,
     ),
@@ -232,7 +233,8 @@ class SyntheticPolicy:
             return family.plan(instance, k), k
 
         batch = [p]
-        if self.profile.style == "batched":
+        stepwise_asked = STEPWISE_CUE in text.lower()  # a harness can ask a batched planner to go stepwise
+        if self.profile.style == "batched" and not stepwise_asked:
             n = p + 1
             while n < len(plan) and all(u < p for u in plan[n].uses):
                 batch.append(n)

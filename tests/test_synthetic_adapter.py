@@ -50,3 +50,20 @@ def test_adapter_served_as_model_at_adapter_raises_weak(tmp_path, monkeypatch, s
     base = pass_rate(rollout_all(val, h, "synthetic/weak"))
     tuned = pass_rate(rollout_all(val, h, "synthetic/weak@knows-iot"))
     assert tuned > base + 0.2
+
+
+def test_batched_style_without_capacity_fails_by_planning_and_a_stepwise_prompt_repairs_it(monkeypatch, store):
+    from harness_store.edits import apply_edit
+    from harness_store.values import HarnessEdit, SetSection
+
+    monkeypatch.setenv("COEVOLVE_STORE", str(store.root))
+    rows = [row(f.statement, calls=3) for f in IOT.facts]  # imitation of a batched expert
+    train_adapter(rows, "synthetic/weak", "imitated", None, store, backend="synthetic")
+    val = IOT.generate("val", 30)
+    h = IOT.baseline_harness()
+    imitated = rollout_all(val, h, "synthetic/weak@imitated")
+    assert any(c["category"] == "planning" for t in imitated for c in t.causes)
+    stepwise = apply_edit(h, HarnessEdit((SetSection("planning", "Make one tool call per turn."),)))
+    repaired = rollout_all(val, stepwise, "synthetic/weak@imitated")
+    assert not any(c["category"] == "planning" for t in repaired for c in t.causes)
+    assert pass_rate(repaired) > pass_rate(imitated)
