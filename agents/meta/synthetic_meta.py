@@ -23,8 +23,8 @@ HARMFUL = [
     {"op": "set_max_turns", "max_turns": 2},
     {"op": "set_context_policy", "strategy": "truncate-middle", "token_budget": 500, "keep_last": 1},
 ]
-USELESS_SHARE = 0.25
-HARMFUL_SHARE = 0.15
+USELESS_SHARE = 0.2
+HARMFUL_SHARE = 0.1
 BROKEN_SHARE = 0.05
 
 
@@ -46,29 +46,31 @@ def propose(messages: list[dict[str, Any]], seed: int) -> str:
     causes = [f.get("recorded_cause") or {} for f in evidence.get("failures", ())]
     counts = Counter(c.get("category", "other") for c in causes)
     missing_facts = Counter(fid for c in causes if c.get("category") == "implicit-knowledge" for fid in c.get("facts", ()))
-    candidates: list[dict[str, Any]] = []
+    by_cause: dict[str, list[dict[str, Any]]] = {}  # candidate edits per failure category
     facts = [f for fid, _ in missing_facts.most_common() for f in family.facts if f.id == fid]
     recipes = [{"op": "add_recipe", "name": f.id, "text": f.statement} for f in facts]
+    knowledge = by_cause.setdefault("implicit-knowledge", [])
     if len(recipes) > 1:  # every fact the failures show missing, as one edit
-        candidates.append(_edit(recipes, "failures show the agent lacks these domain facts", "implicit-knowledge"))
+        knowledge.append(_edit(recipes, "failures show the agent lacks these domain facts", "implicit-knowledge"))
     for f, op in zip(facts, recipes):
-        candidates.append(_edit([op], f"failures show the agent does not know: {f.statement}", "implicit-knowledge"))
-    if counts.get("tool-use") and "validate_args" not in harness_text:
-        candidates.append(_edit([{"op": "add_hook", "kind": "validate_args", "params": {}}],
-                                "tool calls with malformed arguments went through unchecked", "tool-use"))
-    if counts.get("instruction-following"):
-        if "finish_checklist" not in harness_text:
-            candidates.append(_edit([{"op": "add_hook", "kind": "finish_checklist", "params": {}}],
-                                    "the agent finished without meeting every instruction", "instruction-following"))
-        for c in family.constraints:
-            candidates.append(_edit([{"op": "set_section", "name": f"rule_{c.id}", "text": c.statement}],
-                                    "state the instruction constraint the agent skipped", "instruction-following"))
-    if counts.get("long-context"):
-        candidates.append(_edit([{"op": "set_context_policy", "strategy": "pin-notes", "token_budget": 6000, "keep_last": 4}],
-                                "the data a step needed had scrolled out of the agent's view", "long-context"))
-    if counts.get("planning"):
-        candidates.append(_edit([{"op": "set_section", "name": "planning", "text": "Make one tool call per turn and check each result before the next step."}],
-                                "batched plans broke down", "planning"))
+        knowledge.append(_edit([op], f"failures show the agent does not know: {f.statement}", "implicit-knowledge"))
+    if "validate_args" not in harness_text:
+        by_cause["tool-use"] = [_edit([{"op": "add_hook", "kind": "validate_args", "params": {}}],
+                                      "tool calls with malformed arguments went through unchecked", "tool-use")]
+    rules = by_cause.setdefault("instruction-following", [])
+    if "finish_checklist" not in harness_text:
+        rules.append(_edit([{"op": "add_hook", "kind": "finish_checklist", "params": {}}],
+                           "the agent finished without meeting every instruction", "instruction-following"))
+    for c in family.constraints:
+        rules.append(_edit([{"op": "set_section", "name": f"rule_{c.id}", "text": c.statement}],
+                           "state the instruction constraint the agent skipped", "instruction-following"))
+    by_cause["long-context"] = [_edit([{"op": "set_context_policy", "strategy": "pin-notes", "token_budget": 6000, "keep_last": 4}],
+                                      "the data a step needed had scrolled out of the agent's view", "long-context")]
+    by_cause["planning"] = [_edit([{"op": "set_section", "name": "planning", "text": "Make one tool call per turn and check each result before the next step."}],
+                                  "batched plans broke down", "planning")]
+    # most frequent cause first; one edit per cause before any cause gets a second one
+    ranked = [cat for cat, _ in counts.most_common() if by_cause.get(cat)]
+    candidates = [by_cause[cat][i] for i in range(max(map(len, by_cause.values()))) for cat in ranked if i < len(by_cause[cat])]
     candidates = [c for c in candidates if json.dumps(c["ops"], sort_keys=True) not in tried]
 
     out: list[dict[str, Any] | str] = []
