@@ -335,10 +335,14 @@ def start_serving(
     adapters = Path(config.adapters_dir) if config.adapters_dir else store_dir / "adapters"
     port = config.port or _free_port(config.host)
     serve.start(http_options={"host": config.host, "port": port})
+    # If Serve was already running on this Ray (another app), its proxy keeps its own address.
+    host, port = _serve_http_address(config.host, port)
     app = build_app(config, adapters)
     t0 = time.perf_counter()
-    serve.run(app, name=config.name, route_prefix="/", blocking=False)
-    url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '::') else config.host}:{port}"
+    # Alone on Serve it takes "/"; beside other apps (another team's, a synthetic one) it gets its own.
+    prefix = f"/{config.name}" if _other_apps(config.name) else ""
+    serve.run(app, name=config.name, route_prefix=prefix or "/", blocking=False)
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}{prefix}"
     wanted = {m.model_id for m in config.models}
     deadline = time.monotonic() + config.ready_timeout_s
     while True:
@@ -371,8 +375,28 @@ def start_serving(
     return state
 
 
+def _serve_http_address(host: str, port: int) -> tuple[str, int]:
+    try:
+        from ray.serve.context import _get_global_client
+
+        cfg = _get_global_client().http_config
+        return cfg.host, int(cfg.port)
+    except Exception:  # noqa: BLE001 - private API: fall back to what we asked for
+        return host, port
+
+
+def _other_apps(name: str) -> bool:
+    from ray import serve
+
+    try:
+        return any(a != name for a in serve.status().applications)
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def stop_serving(store: str | Path | None = None, *, shutdown: bool = True) -> None:
-    """Delete the app from the running Ray (and shut Serve down) and remove the state file."""
+    """Delete the app from the running Ray, shut Serve down if no other app is left on it (and
+    `shutdown`), and remove the state file."""
     import ray
     from ray import serve
 
@@ -381,7 +405,7 @@ def stop_serving(store: str | Path | None = None, *, shutdown: bool = True) -> N
         try:
             if state and state.get("app"):
                 serve.delete(state["app"])
-            if shutdown:
+            if shutdown and not serve.status().applications:
                 serve.shutdown()
         except Exception as e:  # noqa: BLE001 - stopping must always clear the state file
             log.warning("serve shutdown failed", error=str(e))
