@@ -1,5 +1,5 @@
-"""In-process rollouts for family and executor tests: the real executor and the real litellm gateway,
-without Ray (the pool has its own tests)."""
+"""In-process rollouts for family, executor and meta-loop tests: the real executor and the real
+litellm gateway, without Ray (the pool has its own tests)."""
 
 from __future__ import annotations
 
@@ -13,50 +13,37 @@ from services.gateway import Gateway
 _GATEWAY = Gateway()
 
 
-def rollout_all(
-    instances: Sequence[TaskInstance], harness: Harness, model: str, seed: int = 0, concurrency: int = 32
-) -> list[Trajectory]:
-    executor = Executor(_GATEWAY)
-
-    async def run() -> list[Trajectory]:
-        sem = asyncio.Semaphore(concurrency)
-
-        async def one(i: TaskInstance) -> Trajectory:
-            async with sem:
-                return await executor.rollout(i, harness, model, seed)
-
-        return await asyncio.gather(*(one(i) for i in instances))
-
-    return asyncio.run(run())
-
-
-def pass_rate(trajectories: Sequence[Trajectory]) -> float:
-    return sum(t.passed for t in trajectories) / len(trajectories)
-
-
 class InProcessEvaluator:
-    """The meta-loop's Evaluator without Ray (the pool has its own tests)."""
+    """The meta-loop's Evaluator without Ray; counts what it ran."""
 
     def __init__(self, concurrency: int = 32):
         self.concurrency = concurrency
         self.calls = 0
         self.rollouts = 0
 
-    def evaluate(self, jobs, model, seed):
+    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness]], model: str, seed: int) -> list[Trajectory]:
         self.calls += 1
         self.rollouts += len(jobs)
         executor = Executor(_GATEWAY)
 
-        async def run():
+        async def run() -> list[Trajectory]:
             sem = asyncio.Semaphore(self.concurrency)
 
-            async def one(inst, harness):
+            async def one(inst: TaskInstance, harness: Harness) -> Trajectory:
                 async with sem:
                     return await executor.rollout(inst, harness, model, seed)
 
             return await asyncio.gather(*(one(i, h) for i, h in jobs))
 
         return asyncio.run(run())
+
+
+def rollout_all(instances: Sequence[TaskInstance], harness: Harness, model: str, seed: int = 0) -> list[Trajectory]:
+    return InProcessEvaluator().evaluate([(i, harness) for i in instances], model, seed)
+
+
+def pass_rate(trajectories: Sequence[Trajectory]) -> float:
+    return sum(t.passed for t in trajectories) / len(trajectories)
 
 
 def proposer_complete(model, messages, seed):

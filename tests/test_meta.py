@@ -75,7 +75,7 @@ class Recorded:
 
 
 def small_config(**kw):
-    base = dict(family="iot", model="synthetic/weak", train_batch=12, val_n=40, candidates=3, plateau=2)
+    base = {"family": "iot", "model": "synthetic/weak", "train_batch": 12, "val_n": 40, "candidates": 3, "plateau": 2}
     budget = kw.pop("budget", Budget(iterations=6, rollouts=1500))
     return EvolveConfig(**{**base, **kw}, budget=budget)
 
@@ -104,7 +104,7 @@ def test_evolution_with_synthetic_meta_improves_weak_val(tmp_path):
     result = loop.run()
     assert result.evolved_val >= result.baseline_val + 0.2, (result.baseline_val, result.evolved_val)
     lineage = store.lineage(result.harness_id)
-    assert [r.id for r in lineage][0] == result.baseline_id
+    assert lineage[0].id == result.baseline_id
     assert all(r.val_gain and r.val_gain > 0 for r in lineage[1:])
     assert result.rollouts_used <= 1500
 
@@ -152,7 +152,7 @@ def test_killed_run_resumes_from_the_store_to_the_same_final_harness(tmp_path, c
     reference, _ = make_loop(tmp_path / "ref", config)
     expected = reference.run()
 
-    loop, store = make_loop(tmp_path / "crash", config, evaluator=CrashingEvaluator(crash_at))
+    loop, _ = make_loop(tmp_path / "crash", config, evaluator=CrashingEvaluator(crash_at))
     with pytest.raises(Crash):
         loop.run()
     # a new process would only have the store and the run id
