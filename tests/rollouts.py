@@ -38,8 +38,10 @@ class InProcessEvaluator:
         return asyncio.run(run())
 
 
-def rollout_all(instances: Sequence[TaskInstance], harness: Harness, model: str, seed: int = 0) -> list[Trajectory]:
-    return InProcessEvaluator().evaluate([(i, harness) for i in instances], model, seed)
+def rollout_all(
+    instances: Sequence[TaskInstance], harness: Harness, model: str, seed: int = 0, concurrency: int = 32
+) -> list[Trajectory]:
+    return InProcessEvaluator(concurrency).evaluate([(i, harness) for i in instances], model, seed)
 
 
 def pass_rate(trajectories: Sequence[Trajectory]) -> float:
