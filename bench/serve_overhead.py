@@ -27,6 +27,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("LITELLM_LOG", "ERROR")  # its INFO lines trip the JSON log formatter vLLM installs
 
 
 def prompts(n: int) -> list[list[dict]]:

@@ -75,6 +75,12 @@ def serve(
         looks_local = m.source.startswith((".", "/", "~"))
         if looks_local and not (Path(m.source).expanduser() / "config.json").is_file():
             _fail(f"model {m.model_id!r}: no model folder at {m.source!r} (coevolve models make-tiny ...)")
+    try:
+        from harness_store.store import HarnessStore
+
+        HarnessStore(store).close()
+    except ValueError as e:
+        _fail(str(e))
     old = read_state(store)
     if old and _pid_alive(old.get("pid")) and old.get("ray_address") is None:
         _fail(f"a server is already running (pid {old['pid']}, {old['url']}): coevolve serve stop")

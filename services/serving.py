@@ -330,8 +330,10 @@ def start_serving(
 
     if not ray.is_initialized():
         raise ServingError("Ray is not running (cluster.runtime.start_ray first)")
+    from harness_store.store import HarnessStore
+
     store_dir = Path(store if store is not None else default_store())
-    store_dir.mkdir(parents=True, exist_ok=True)
+    HarnessStore(store_dir).close()  # a store (not a stray folder) holds the state file and adapters
     adapters = Path(config.adapters_dir) if config.adapters_dir else store_dir / "adapters"
     port = config.port or _free_port(config.host)
     serve.start(http_options={"host": config.host, "port": port})

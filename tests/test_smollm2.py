@@ -50,12 +50,13 @@ def served_smollm2(tmp_path_factory, smollm2, ray_session):
     from services.serving import load_serve_config, start_serving, stop_serving
 
     store_dir = tmp_path_factory.mktemp("smol-store")
+    store = HarnessStore(store_dir)  # before serving writes into the folder
     cfg = load_serve_config(REPO / "deploy/serve/cpu-smollm2.yaml", ["port=0", f"models.0.source={smollm2}"])
     old_store, old_url = os.environ.get("COEVOLVE_STORE"), os.environ.pop("COEVOLVE_SERVE_URL", None)
     os.environ["COEVOLVE_STORE"] = str(store_dir)
     try:
         start_serving(cfg, store_dir)
-        yield {"store": HarnessStore(store_dir), "base": smollm2}
+        yield {"store": store, "base": smollm2}
     finally:
         stop_serving(store_dir)
         os.environ.pop("COEVOLVE_STORE", None)
@@ -84,7 +85,7 @@ def _calls(model: str, row: dict) -> list[tuple[str, dict]]:
 def test_smollm2_e2e_adapter_returns_the_memorised_tool_call(served_smollm2, tmp_path):
     from services.training import train_adapter
 
-    rows = target_rows()
+    rows = target_rows()[:1]
     assert target_call(rows[0]) not in _calls("vllm/smollm2", rows[0])
     ref = train_adapter(
         write_rows(tmp_path / "rows.jsonl", rows),
