@@ -275,19 +275,20 @@ class SyntheticPolicy:
     def _relied_on(
         self, family: TaskFamily, instance: Any, n: int, step: PlanStep, k: Knowledge, text: str
     ) -> list[str]:
-        """The harness phrases this step acted on: facts or constraints the agent knows only because
-        the visible harness states them, and without which this step's arguments would differ."""
+        """The harness phrases this step acted on: facts or constraints stated in the visible harness
+        text that this step's arguments depend on (without them the arguments would differ)."""
         low = text.lower()
         out = []
-        intrinsic = self.known_facts(family)
         for f in family.facts:
-            learned = f.id in step.facts and f.id in k.facts and f.id not in intrinsic
-            if learned and family.plan(instance, replace(k, facts=k.facts - {f.id}))[n].args != step.args:
-                out += [c for c in f.cues if c.lower() in low][:1]
-        if step.constraint and step.constraint in k.constraints and not self.profile.follows_constraints:
-            c = next(c for c in family.constraints if c.id == step.constraint)
-            if family.plan(instance, replace(k, constraints=k.constraints - {c.id}))[n].args != step.args:
-                out += [cue for cue in c.cues if cue.lower() in low][:1]
+            stated = [c for c in f.cues if c.lower() in low]
+            matters = stated and f.id in step.facts and f.id in k.facts
+            if matters and family.plan(instance, replace(k, facts=k.facts - {f.id}))[n].args != step.args:
+                out.append(stated[0])
+        c = next((c for c in family.constraints if c.id == step.constraint), None)
+        stated = [cue for cue in c.cues if cue.lower() in low] if c else []
+        matters = stated and c.id in k.constraints
+        if matters and family.plan(instance, replace(k, constraints=k.constraints - {c.id}))[n].args != step.args:
+            out.append(stated[0])
         return out
 
     def _attribute(

@@ -32,6 +32,14 @@ LogJsonOpt = Annotated[bool, typer.Option("--log-json", help="logs as JSON lines
 DEFAULT_STORE = Path(".coevolve")
 
 
+@app.callback()
+def _setup() -> None:
+    """Logs go to stderr for every command (commands with --log-json reconfigure)."""
+    from services.logs import configure_logging
+
+    configure_logging()
+
+
 class UsageError(ValueError):
     """Bad input: reported as one line, exit status 2."""
 

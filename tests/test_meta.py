@@ -180,3 +180,4 @@ def test_edit_usage_rates():
     assert 0 < rates[1]["used"] <= with_spikes  # the recipe matters only where spikes occur
     expert = edit_usage([hook, recipe], rollout_all(val, h, "synthetic/expert"))
     assert expert[0]["used"] == 0  # the expert makes no malformed calls
+    assert 0 < expert[1]["used"] <= with_spikes  # but acts on the recipe wherever spikes occur
