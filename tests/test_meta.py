@@ -56,9 +56,10 @@ def test_sign_test_values_and_early_decisions():
     rule = SignTest(alpha=0.1)
     assert rule.decide(PairedResult(4, 0, 6)) == "accept"
     assert rule.decide(PairedResult(3, 0, 7)) == "reject"
-    assert rule.decide(PairedResult(0, 3, 7, remaining=2)) == "reject"  # cannot win any more
-    assert rule.decide(PairedResult(6, 0, 4, remaining=1)) == "accept"  # cannot lose any more
-    assert rule.decide(PairedResult(2, 0, 8, remaining=10)) is None
+    assert rule.decide(PairedResult(0, 3, 7, winnable=2, losable=2)) == "reject"  # cannot win enough
+    assert rule.decide(PairedResult(6, 0, 4, winnable=1, losable=1)) == "accept"  # cannot lose enough
+    assert rule.decide(PairedResult(2, 0, 8, winnable=10)) is None
+    assert rule.decide(PairedResult(3, 0, 7, winnable=0, losable=5)) == "reject"  # no wins left to get
 
 
 # ------------------------------------------------------------------ the loop

@@ -1,7 +1,7 @@
 """Noise-aware acceptance: a candidate harness must beat the current one on identical instances and
-seeds. Rules see the paired outcomes so far and the number of pairs still to come, and return
-accept / reject / undecided; `undecided` lets the loop stop evaluating early only when no remaining
-outcome could change the decision (futility or a win that is already certain)."""
+seeds. Rules see the paired outcomes so far and how many pairs still to come could be wins (the
+current harness failed there) or losses (it passed), and return accept / reject / undecided; the loop
+stops evaluating a candidate as soon as no remaining outcome could change the decision."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ class PairedResult:
     wins: int  # candidate passed, current failed
     losses: int  # current passed, candidate failed
     ties: int
-    remaining: int = 0  # pairs not evaluated yet
+    winnable: int = 0  # pairs not evaluated yet where the current harness failed (a win is possible)
+    losable: int = 0  # pairs not evaluated yet where the current harness passed (a loss is possible)
 
     @property
     def n(self) -> int:
@@ -50,13 +51,13 @@ class SignTest:
 
     def decide(self, r: PairedResult) -> str | None:
         """'accept' / 'reject' once the remaining pairs cannot change it, else None."""
-        best = PairedResult(r.wins + r.remaining, r.losses, r.ties)
-        worst = PairedResult(r.wins, r.losses + r.remaining, r.ties)
+        best = PairedResult(r.wins + r.winnable, r.losses, r.ties)
+        worst = PairedResult(r.wins, r.losses + r.losable, r.ties)
         if not self.accepts(best):
             return "reject"
         if self.accepts(worst):
             return "accept"
-        return None if r.remaining else ("accept" if self.accepts(r) else "reject")
+        return None
 
 
 class BootstrapTest(SignTest):

@@ -276,28 +276,36 @@ class HarnessEvolution:
 
     # ------------------------------------------------------------------ paired comparison
     def _compare(self, current: Harness, candidates: list[Proposal], it: int) -> list[tuple[str, PairedResult]]:
+        """Paired evaluation on val. With early stopping, instances where the current harness failed
+        come first (only there can a candidate win) and each candidate stops as soon as its decision
+        is settled, or — the futility cut — when it has won none of the first `chunk` of them."""
         n = len(self.val)
+        self._ensure_val(current, range(n))
+        base = self._state.val_cache[current.id]
+        order = sorted(range(n), key=lambda j: base[j]) if self.cfg.early_stop else list(range(n))
         tallies = [[0, 0, 0] for _ in candidates]
         decided: dict[int, str] = {}
         chunk = self.cfg.chunk if self.cfg.early_stop else n
         for start in range(0, n, chunk):
-            idx = range(start, min(start + chunk, n))
+            idx = order[start : start + chunk]
             live = [c for c in range(len(candidates)) if c not in decided]
             if not live:
                 break
-            self._ensure_val(current, idx)
             jobs = [(self.val[j], candidates[c].candidate) for c in live for j in idx]
             trajs = self._evaluate(jobs, f"it{it}-val{start}")
-            base = self._state.val_cache[current.id]
             for k, t in enumerate(trajs):
                 c, j = live[k // len(idx)], idx[k % len(idx)]
                 self._state.val_cache.setdefault(candidates[c].candidate.id, {})[j] = t.passed
                 tally = tallies[c]
                 tally[0 if t.passed and not base[j] else 1 if base[j] and not t.passed else 2] += 1
-            remaining = n - idx.stop
+            rest = order[start + chunk :]
+            winnable = sum(1 for j in rest if not base[j])
             for c in live:
-                verdict = self.rule.decide(PairedResult(*tallies[c], remaining=remaining))
-                if verdict and (self.cfg.early_stop or remaining == 0):
+                r = PairedResult(*tallies[c], winnable=winnable, losable=len(rest) - winnable)
+                verdict = self.rule.decide(r) if rest else ("accept" if self.rule.accepts(r) else "reject")
+                if self.cfg.early_stop and verdict is None and start == 0 and r.wins == 0 and not base[idx[-1]]:
+                    verdict = "reject"  # futility: no win where a win was possible
+                if verdict:
                     decided[c] = verdict
         return [(decided.get(c, "reject"), PairedResult(*tallies[c])) for c in range(len(candidates))]
 
