@@ -14,6 +14,7 @@ import os
 import shutil
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -182,6 +183,10 @@ class AppServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def stop_soon(self) -> None:
+        """Ask the serving thread to stop without waiting (safe from a GC finalizer, unlike shutdown)."""
+        self.httpd._BaseServer__shutdown_request = True  # what shutdown() sets before it waits
+
 
 # ------------------------------------------------------------------------------------------ Chromium
 SNAPSHOT_JS = """() => {
@@ -240,6 +245,9 @@ class ChromiumBrowser:
         self._browser: Any = None
         self._free: list[tuple[Any, Any]] = []
         self._lock = threading.Lock()
+        # pages handed back (possibly from a GC finalizer, which must neither block nor take locks):
+        # a deque append is atomic; the browser thread resets them before its next job
+        self._returned: deque[tuple[Any, Any]] = deque()
         self.call(self._start, exe)
 
     def _start(self, exe: str) -> None:
@@ -249,7 +257,12 @@ class ChromiumBrowser:
         self._browser = self._pw.chromium.launch(executable_path=exe, headless=True, args=list(CHROMIUM_ARGS))
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        return self._pool.submit(fn, *args).result(timeout=120)
+        return self._pool.submit(self._on_browser_thread, fn, args).result(timeout=120)
+
+    def _on_browser_thread(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        while self._returned:
+            self._recycle(*self._returned.popleft())
+        return fn(*args)
 
     def session(self, app: WebApp) -> ChromiumSession:
         return ChromiumSession(self, app)
@@ -268,25 +281,24 @@ class ChromiumBrowser:
         return self.call(make)
 
     def release_page(self, ctx: Any, page: Any) -> None:
-        """Back to the pool, blank and without cookies; closed instead when the pool is full."""
+        """Hand a page back; it is blanked and pooled (or closed) on the browser thread later."""
+        self._returned.append((ctx, page))
 
-        def reset() -> bool:
-            try:
-                page.goto("about:blank")
-                ctx.clear_cookies()
-                return True
-            except Exception:  # noqa: BLE001 - a broken page is closed, not reused
-                ctx.close()
-                return False
-
+    def _recycle(self, ctx: Any, page: Any) -> None:
+        """Back to the pool, blank and without cookies; closed instead when broken or the pool is full."""
         if self._browser is None:
             return
-        if self.call(reset):
-            with self._lock:
-                if len(self._free) < POOL_SIZE:
-                    self._free.append((ctx, page))
-                    return
-            self.call(ctx.close)
+        try:
+            page.goto("about:blank")
+            ctx.clear_cookies()
+        except Exception:  # noqa: BLE001 - a broken page is closed, not reused
+            ctx.close()
+            return
+        with self._lock:
+            if len(self._free) < POOL_SIZE:
+                self._free.append((ctx, page))
+                return
+        ctx.close()
 
     def close(self) -> None:
         def stop() -> None:
@@ -361,11 +373,10 @@ class ChromiumSession:
 
 
 def _close_session(browser: ChromiumBrowser, ctx: Any, page: Any, server: AppServer) -> None:
-    try:
-        browser.release_page(ctx, page)
-    except Exception:  # noqa: BLE001, S110 - the browser may already be gone at interpreter exit
-        pass
-    server.close()
+    """Runs from close() or as a GC finalizer: must not block or take locks (it may interrupt a thread
+    that holds one, e.g. inside ThreadPoolExecutor.submit)."""
+    browser.release_page(ctx, page)
+    server.stop_soon()
 
 
 _SHARED: ChromiumBrowser | None = None
