@@ -22,8 +22,11 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
     if ray.is_initialized():
         return
+    from services.serving import apply_serve_env_defaults
+
     for k, v in _DEFAULT_ENV.items():
         os.environ.setdefault(k, v)
+    apply_serve_env_defaults()  # Serve's timeouts are read from the environment its processes inherit
     if address is None:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     project_root = str(Path(__file__).resolve().parent.parent)
