@@ -329,10 +329,8 @@ def tasks_show(family: str, instance_id: str, as_json: JsonOpt = False) -> None:
 
 def _register_extensions() -> None:
     """Commands that live in their own modules (serving, training, models)."""
-    try:
-        from cluster.cli_models import register
-    except ImportError:
-        return
+    from cluster.cli_models import register
+
     register(app)
 
 
