@@ -13,7 +13,8 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
@@ -60,23 +61,65 @@ class ModelUnavailable(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Resume a recorded rollout: its first `turn` assistant messages are replayed verbatim (their tool
+    calls re-executed against a fresh environment, so hooks, context policy and service state are as
+    they were), `forced` is used as the next assistant message, and the model continues from there."""
+
+    source: Trajectory
+    turn: int
+    forced: dict[str, Any]
+
+
+def assistant_positions(messages: Sequence[dict[str, Any]]) -> list[int]:
+    """Index in `messages` of each assistant message, in turn order."""
+    return [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+
+
+def same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two assistant messages make the same tool calls (names and parsed arguments, in order)."""
+
+    def calls(m: dict[str, Any]) -> list[tuple[str, Any]]:
+        out = []
+        for c in m.get("tool_calls") or ():
+            fn = c.get("function") or {}
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                args = fn.get("arguments")
+            out.append((fn.get("name"), args))
+        return out
+
+    return calls(a) == calls(b)
+
+
 class Executor:
     def __init__(self, client: ModelClient, retry: RetryPolicy = RetryPolicy()):
         self.client = client
         self.retry = retry
 
-    async def rollout(self, instance: TaskInstance, harness: Harness, model: str, seed: int = 0) -> Trajectory:
+    async def rollout(
+        self, instance: TaskInstance, harness: Harness, model: str, seed: int = 0, *, resume: Resume | None = None
+    ) -> Trajectory:
         log = structlog.get_logger(role="executor", harness_id=harness.id[:12], instance=instance.id, model=model)
         family = get_family(instance.family)
         env = family.make_env(instance)
         available = {t.impl for t in env.tool_specs()}
         tools = [t for t in harness.tools if t.impl in available]
+        tool_schemas = [openai_tool(t) for t in tools]
         by_name = {t.name: t for t in tools}
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": harness.render_system()},
             {"role": "user", "content": f"{instance.instruction}\n\n{TASK_ID_LINE.format(id=instance.id)}"},
         ]
+        if resume is not None:
+            if not 0 <= resume.turn < len(resume.source.turns):
+                raise ValueError(f"cannot resume at turn {resume.turn}: the rollout has {len(resume.source.turns)} turns")
+            replayed = [resume.source.messages[i] for i in assistant_positions(resume.source.messages)]
+            source_testbed = resume.source.ground_truth.get("turns") or []
         turns: list[TurnRecord] = []
+        testbed: list[dict[str, Any] | None] = []
         cost = 0.0
         checklist_shown = False
         without_progress = 0
@@ -84,11 +127,22 @@ class Executor:
         for turn in range(harness.max_turns):
             visible, events = apply_policy(messages, harness.context)
             started = time.perf_counter()
-            try:
-                comp = await self._complete(model, visible, [openai_tool(t) for t in tools], seed, log)
-            except ModelUnavailable as e:
-                error, error_detail = "infra", str(e)
-                break
+            if resume is not None and turn < resume.turn:  # replay the recorded turn
+                rec = resume.source.turns[turn]
+                comp = Completion(replayed[turn], rec.prompt_tokens, rec.completion_tokens)
+                turn_testbed = source_testbed[turn] if turn < len(source_testbed) else None
+                events.append("replayed")
+            elif resume is not None and turn == resume.turn:
+                comp = Completion(resume.forced, 0, 0)
+                turn_testbed = None
+                events.append("forced")
+            else:
+                try:
+                    comp = await self._complete(model, visible, tool_schemas, seed, log)
+                except ModelUnavailable as e:
+                    error, error_detail = "infra", str(e)
+                    break
+                turn_testbed = comp.meta.get("testbed")
             latency = time.perf_counter() - started
             cost += comp.cost_usd
             msg = {k: v for k, v in comp.message.items() if k in ("role", "content", "tool_calls")}
@@ -136,10 +190,9 @@ class Executor:
                     completion_tokens=comp.completion_tokens,
                     latency_s=round(latency, 6),
                     events=tuple(events),
-                    cause=comp.meta.get("cause"),
-                    relied_on=tuple(comp.meta.get("relied_on") or ()),
                 )
             )
+            testbed.append(turn_testbed)
             if finished:
                 break
         else:
@@ -156,9 +209,57 @@ class Executor:
             error=error,
             error_detail=error_detail,
             cost_usd=round(cost, 8),
+            ground_truth=self._ground_truth(family, instance, testbed, passed=error == "none" and bool(outcome and outcome.passed)),
         )
+        if resume is None and error != "infra" and not traj.passed and any(testbed):
+            found = await self._counterfactual(traj, harness, tool_schemas, log)
+            traj = replace(traj, ground_truth={**traj.ground_truth, **found})
         log.debug("rollout done", passed=traj.passed, turns=len(turns), error=error)
         return traj
+
+    @staticmethod
+    def _ground_truth(
+        family: Any, instance: TaskInstance, testbed: list[dict[str, Any] | None], passed: bool
+    ) -> dict[str, Any]:
+        """Trap labels, and what a testbed model recorded per turn; a rollout that passed carries no cause."""
+        gt = family.answer_key(instance)
+        if any(testbed):
+            gt["turns"] = [
+                None if t is None else {k: v for k, v in t.items() if not (passed and k == "cause")} for t in testbed
+            ]
+        return gt
+
+    async def _counterfactual(
+        self, traj: Trajectory, harness: Harness, tool_schemas: list[dict[str, Any]], log: Any
+    ) -> dict[str, Any]:
+        """The answer key of a failed testbed rollout: every turn whose calls differ from the fully
+        informed action for the state the model was in (a *deviation*, with the category the model
+        recorded), and the *decisive turn* — the earliest turn whose replacement by that action, with
+        the model's own continuation after it (same seed), makes the rollout pass; None when no single
+        turn does."""
+        turns_testbed = traj.ground_truth.get("turns") or []
+        positions = assistant_positions(traj.messages)
+        deviations: list[dict[str, Any]] = []
+        decisive = None
+        try:
+            for t, pos in enumerate(positions):
+                info = turns_testbed[t] if t < len(turns_testbed) else None
+                if not info or not info.get("oracle"):
+                    continue
+                visible, _ = apply_policy(list(traj.messages[:pos]), harness.context)
+                right = await self._complete(info["oracle"], visible, tool_schemas, traj.seed, log)
+                if same_calls(right.message, traj.messages[pos]):
+                    continue
+                deviations.append({"turn": t, "category": (info.get("cause") or {}).get("category", "other")})
+                if decisive is None:
+                    replay = await self.rollout(
+                        traj.instance, harness, traj.model, traj.seed, resume=Resume(traj, t, right.message)
+                    )
+                    if replay.passed:
+                        decisive = t
+        except ModelUnavailable as e:
+            return {"deviations": deviations, "decisive_turn": None, "counterfactual_error": str(e)}
+        return {"deviations": deviations, "decisive_turn": decisive}
 
     def _run_call(
         self,

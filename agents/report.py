@@ -29,15 +29,28 @@ def summarise(trajectories: Sequence[Trajectory], *, split: str = "", seed: int 
     )
 
 
+# ------------------------------------------------------------------ the testbed's answer key
+# Analysis code only: these read `Trajectory.ground_truth`, which no role ever receives.
+
+
+def recorded_causes(t: Trajectory) -> list[dict[str, Any]]:
+    """The failure causes a synthetic model recorded, turn by turn (with the turn index)."""
+    return [{**c["cause"], "turn": i} for i, c in enumerate(t.ground_truth.get("turns") or ()) if c and c.get("cause")]
+
+
 def primary_cause(t: Trajectory) -> dict[str, Any] | None:
-    """The first recorded cause that was not repaired on the spot (a malformed call that a validation
-    hook bounced was repaired). Synthetic models record causes; real models record none."""
-    for turn in t.turns:
-        if not turn.cause:
-            continue
-        if turn.cause.get("category") == "tool-use" and "hook:validate_args" in turn.events:
-            continue
-        return turn.cause
+    """The cause of a failed rollout: the one recorded at its decisive turn when counterfactual replay
+    found one, else the first recorded cause that was not repaired on the spot (a malformed call that a
+    validation hook bounced was repaired). Real models record none."""
+    causes = recorded_causes(t)
+    decisive = t.ground_truth.get("decisive_turn")
+    at_decisive = [c for c in causes if c["turn"] == decisive]
+    if at_decisive:
+        return at_decisive[0]
+    for c in causes:
+        repaired = c.get("category") == "tool-use" and "hook:validate_args" in t.turns[c["turn"]].events
+        if not repaired:
+            return c
     return None
 
 

@@ -1,17 +1,27 @@
-"""Synthetic agents (DESIGN §5): deterministic, seeded policies that react to the harness mechanically.
+"""Synthetic agents (DESIGN §5): seeded, stochastic policies that react to the harness mechanically.
 
 Each turn the policy rebuilds its state from the messages it can see, takes the next step of the
-family's plan, and fails in one recorded way:
+family's plan, and can fail in one of five ways:
 
-- implicit-knowledge: a fact the step needs is neither known nor stated in the visible harness text;
-- tool-use: malformed arguments at the profile's error rate, repaired only when a validation hook
-  answers (a plain environment error is shrugged off and the agent moves on);
+- implicit-knowledge: a fact the step needs is neither known nor stated in the visible harness text
+  (stated = its concept is carried, see `tasks.base.Concept`); the policy then guesses it right only
+  at its `guess_rate`, otherwise takes the plausible wrong branch;
+- tool-use: malformed arguments at the profile's error rate; a validation hook's answer is always
+  acted on, an environment error only at the `repair_rate`;
 - long-context: an observation the step reads is no longer visible in full;
-- instruction-following: an instruction constraint is skipped unless the harness covers it;
+- instruction-following: an instruction constraint the harness does not state is heeded only at the
+  `heed_rate`;
 - planning: a batched plan longer than the profile's capacity is cut short with a premature finish.
 
-The true cause goes into the reply's metadata and from there into the trajectory. These are a
-testbed, never evidence about real models.
+Sampling: every draw comes from a generator seeded by (instance, model, seed, turn, what the model
+sees), so one instance passes on some seeds and fails on others, and any change to the harness text
+resamples — as with a real model sampled at a temperature. `temperature` sharpens (<1) or flattens
+(>1) every probability; at 0 the policy takes the likelier branch every time.
+
+What the policy did and why (its deviation from a fully informed action, the harness sentences it
+relied on) goes into the reply's `testbed` metadata, which the executor stores in the trajectory's
+ground-truth field for analysis code only. These agents are a testbed, never evidence about real
+models.
 """
 
 from __future__ import annotations
@@ -26,23 +36,33 @@ from typing import Any
 
 from agents.context import approx_tokens, is_cut, message_tokens
 from tasks import get_family
-from tasks.base import Knowledge, PlanStep, TaskFamily
+from tasks.base import Concept, Knowledge, PlanStep, TaskFamily
 
 TASK_ID = re.compile(r"\(Task id: ([^)\s]+)\)")
 HOOK_PREFIXES = ("[validate_args]", "[finish_checklist]", "[progress_reminder]")
-STEPWISE_CUE = "one tool call per turn"
+# A harness can ask a batched planner to go step by step; it counts when the text carries this concept.
+STEPWISE = Concept(
+    (
+        ("one tool call", "one call", "a single tool call", "a single call", "one action", "one step", "one tool"),
+        ("per turn", "each turn", "at a time", "per message", "every turn", "before the next"),
+    )
+)
 
 
 @dataclass(frozen=True)
 class SyntheticProfile:
     name: str
-    knows: str = "common"  # "common": the facts a family marks common; "all": every fact
+    knows: str = "common"  # "common": the facts a family marks common; "all": all but its rare ones
     extra_facts: frozenset[str] = frozenset()  # learned from an adapter
-    error_rate: float = 0.0
+    guess_rate: float = 0.2  # P(an unknown, unstated fact is applied anyway)
+    heed_rate: float = 1.0  # P(an instruction constraint the harness does not state is heeded)
+    error_rate: float = 0.0  # P(malformed arguments on a call with required arguments)
+    repair_rate: float = 1.0  # P(redoing a call after an environment error)
+    rereads: bool = False  # re-query data that is no longer visible instead of acting without it
+    temperature: float = 1.0
     context_window: int = 128_000
     planning_capacity: int = 12
     style: str = "stepwise"  # stepwise | batched
-    follows_constraints: bool = True
     only_finish: bool = False  # the floor every checker must score 0
     # nominal $ per token, so that dollar budgets are exercised offline (not a real price)
     usd_per_input_token: float = 0.1e-6
@@ -53,8 +73,11 @@ PROFILES: dict[str, SyntheticProfile] = {
     "expert": SyntheticProfile(
         "expert",
         knows="all",
-        error_rate=0.0,
-        context_window=128_000,
+        guess_rate=0.4,
+        heed_rate=0.92,
+        error_rate=0.02,
+        repair_rate=0.95,
+        rereads=True,
         planning_capacity=12,
         style="batched",
         usd_per_input_token=2e-6,
@@ -63,15 +86,26 @@ PROFILES: dict[str, SyntheticProfile] = {
     "weak": SyntheticProfile(
         "weak",
         knows="common",
+        guess_rate=0.25,
+        heed_rate=0.2,
         error_rate=0.15,
+        repair_rate=0.4,
         context_window=8_000,
         planning_capacity=1,
         style="stepwise",
-        follows_constraints=False,
     ),
     "finish-only": SyntheticProfile("finish-only", only_finish=True),
     # the offline proposer (agents/meta/synthetic_meta.py), priced like an expert
     "meta": SyntheticProfile("meta", knows="all", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
+}
+# Fully informed, error-free policies: the "right action for this state" that counterfactual replay
+# substitutes for one turn of a failed rollout (the testbed's answer key, never a role).
+ORACLES: dict[str, SyntheticProfile] = {
+    f"oracle-{style}": SyntheticProfile(
+        f"oracle-{style}", knows="oracle", heed_rate=1.0, repair_rate=1.0, rereads=True, temperature=0.0,
+        planning_capacity=99, style=style,
+    )
+    for style in ("stepwise", "batched")
 }
 
 
@@ -80,17 +114,15 @@ class SyntheticReply:
     message: dict[str, Any]
     prompt_tokens: int
     completion_tokens: int
-    cause: dict[str, Any] | None = None
+    testbed: dict[str, Any] | None = None  # ground truth for analysis code (see module doc)
     cost_usd: float = 0.0
-    relied_on: tuple[str, ...] = ()  # harness phrases the reply acted on (edit-usage tracking)
 
 
 def profile_for(model: str, adapter: dict[str, Any] | None = None) -> SyntheticProfile:
     """`model` is the part after `synthetic/` (e.g. `weak`); `adapter` a learned synthetic adapter."""
-    try:
-        p = PROFILES[model]
-    except KeyError:
-        raise ValueError(f"unknown synthetic model {model!r} (models: {', '.join(PROFILES)})") from None
+    p = PROFILES.get(model) or ORACLES.get(model)
+    if p is None:
+        raise ValueError(f"unknown synthetic model {model!r} (models: {', '.join(PROFILES)})")
     if adapter:
         p = replace(
             p,
@@ -101,8 +133,18 @@ def profile_for(model: str, adapter: dict[str, Any] | None = None) -> SyntheticP
     return p
 
 
-def _rng(*parts: Any) -> random.Random:
+def _seeded(*parts: Any) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "big"))
+
+
+def sharpen(p: float, temperature: float) -> float:
+    """A Bernoulli probability at a sampling temperature (the logits log p, log 1-p divided by T)."""
+    if p <= 0.0 or p >= 1.0:
+        return min(1.0, max(0.0, p))
+    if temperature <= 0:
+        return 1.0 if p > 0.5 else 0.0
+    a, b = p ** (1 / temperature), (1 - p) ** (1 / temperature)
+    return a / (a + b)
 
 
 @dataclass
@@ -111,14 +153,17 @@ class _Call:
     args: dict[str, Any] | None
     result: str | None
     result_index: int | None  # index of the tool message in `messages`
+    turn: int  # index of the assistant message among assistant messages
 
 
 def _calls(messages: list[dict[str, Any]]) -> list[_Call]:
     results = {m.get("tool_call_id"): (i, m.get("content") or "") for i, m in enumerate(messages) if m.get("role") == "tool"}
     out = []
+    turn = -1
     for m in messages:
         if m.get("role") != "assistant":
             continue
+        turn += 1
         for c in m.get("tool_calls") or ():
             fn = c.get("function") or {}
             try:
@@ -126,12 +171,16 @@ def _calls(messages: list[dict[str, Any]]) -> list[_Call]:
             except json.JSONDecodeError:
                 args = None
             idx, content = results.get(c.get("id"), (None, None))
-            out.append(_Call(fn.get("name", ""), args if isinstance(args, dict) else None, content, idx))
+            out.append(_Call(fn.get("name", ""), args if isinstance(args, dict) else None, content, idx, turn))
     return out
 
 
 def _is_error(content: str | None) -> bool:
     return content is None or content.startswith(("error", *HOOK_PREFIXES))
+
+
+def _hook_answer(content: str | None) -> bool:
+    return (content or "").startswith(HOOK_PREFIXES)
 
 
 def _seen(messages: list[dict[str, Any]], window: int) -> set[int]:
@@ -140,8 +189,7 @@ def _seen(messages: list[dict[str, Any]], window: int) -> set[int]:
     sizes = [message_tokens(m) for m in messages]
     total = sum(sizes)
     seen = set()
-    tool_idx = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
-    for i in tool_idx:  # oldest first
+    for i in (i for i, m in enumerate(messages) if m.get("role") == "tool"):  # oldest first
         if total > window:
             total -= sizes[i]
             continue
@@ -159,13 +207,26 @@ def _mutate(args: dict[str, Any], schema: dict[str, Any], rng: random.Random) ->
     return {k: v for k, v in args.items() if k != victim}, f"dropped required argument {victim!r}"
 
 
+def harness_text(messages: list[dict[str, Any]], seen: set[int]) -> str:
+    """What the harness says that the model can see: the system prompt and hook messages."""
+    return "\n".join(
+        (m.get("content") or "")
+        for i, m in enumerate(messages)
+        if m.get("role") == "system"
+        or (m.get("role") == "user" and _hook_answer(m.get("content")))
+        or (i in seen and _hook_answer(m.get("content")))
+    )
+
+
 class SyntheticPolicy:
     def __init__(self, profile: SyntheticProfile):
         self.profile = profile
 
     def known_facts(self, family: TaskFamily) -> frozenset[str]:
-        if self.profile.knows == "all":
+        if self.profile.knows == "oracle":
             return frozenset(f.id for f in family.facts)
+        if self.profile.knows == "all":
+            return frozenset(f.id for f in family.facts if not f.rare) | self.profile.extra_facts
         return frozenset(f.id for f in family.facts if f.common) | self.profile.extra_facts
 
     def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int, model: str) -> SyntheticReply:
@@ -173,41 +234,45 @@ class SyntheticPolicy:
         user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
         match = TASK_ID.search(user)
         if not match:
-            return self._say("I cannot find a task id in the conversation.", prompt_tokens, {"category": "other", "detail": "no task id"})
+            return self._say("I cannot find a task id in the conversation.", prompt_tokens)
         if self.profile.only_finish:
             call = {"id": "call_finish", "type": "function", "function": {"name": "finish", "arguments": "{}"}}
             return SyntheticReply({"role": "assistant", "content": "Done.", "tool_calls": [call]}, prompt_tokens, 2)
         family = get_family(match.group(1).split("/")[0])
         instance = family.instance(match.group(1))
         schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        seen_digest = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        rng = _seeded(instance.id, model, seed, turn, seen_digest)
+        T = self.profile.temperature
 
-        # What the agent knows: its own facts plus whatever visible harness text states.
+        def draw(p: float) -> bool:
+            return rng.random() < sharpen(p, T)
+
+        # What the agent knows this turn: its own facts, what the visible harness text states, and lucky guesses.
         seen = _seen(messages, self.profile.context_window)
-        text = "\n".join(
-            (m.get("content") or "")
-            for i, m in enumerate(messages)
-            if m.get("role") == "system"
-            or (m.get("role") == "user" and (m.get("content") or "").startswith(HOOK_PREFIXES))
-            or (i in seen and (m.get("content") or "").startswith(HOOK_PREFIXES))
-        )
-        facts = self.known_facts(family) | {f.id for f in family.facts if f.stated_in(text)}
-        if self.profile.follows_constraints:
-            constraints = frozenset(c.id for c in family.constraints)
-        else:
-            constraints = frozenset(c.id for c in family.constraints if c.stated_in(text))
-        knowledge = Knowledge(frozenset(facts), constraints)
+        text = harness_text(messages, seen)
+        own = self.known_facts(family)
+        stated = {f.id for f in family.facts if f.stated_in(text)}
+        facts = own | stated | {f.id for f in family.facts if f.id not in own | stated and draw(self.profile.guess_rate)}
+        stated_constraints = {c.id for c in family.constraints if c.stated_in(text)}
+        heeded = stated_constraints | {
+            c.id for c in family.constraints if c.id not in stated_constraints and draw(self.profile.heed_rate)
+        }
+        knowledge = Knowledge(frozenset(facts), frozenset(heeded))
         full = family.full_knowledge()
 
         # Progress: walk the calls made so far against the plan.
         plan = family.plan(instance, knowledge)
+        calls = _calls(messages)
         matched: dict[int, _Call] = {}
         attempts: dict[int, int] = {}
         p = 0
-        for call in _calls(messages):
+        for call in calls:
             if p < len(plan) and call.name == plan[p].tool:
                 attempts[p] = attempts.get(p, 0) + 1
                 matched[p] = call
-                if not (call.result or "").startswith(HOOK_PREFIXES):
+                if not _hook_answer(call.result):
                     p += 1
                 continue
             for j in range(p - 1, -1, -1):  # a redo of an earlier step replaces its record
@@ -215,26 +280,36 @@ class SyntheticPolicy:
                     attempts[j] = attempts.get(j, 0) + 1
                     matched[j] = call
                     break
+        # React to an environment error in the last turn: redo that step (at the repair rate).
+        last_turn = calls[-1].turn if calls else -1
+        failed_last = sorted(j for j, c in matched.items() if c.turn == last_turn and _is_error(c.result) and not _hook_answer(c.result))
+        if failed_last and draw(self.profile.repair_rate):
+            p = min(p, failed_last[0])
         # Redo a step once the harness has made its constraint visible and the done call misses it.
         for j in range(min(p, len(plan))):
             step = plan[j]
-            if step.constraint and step.constraint in constraints and matched[j].args != step.args:
+            if step.constraint and step.constraint in stated_constraints and matched[j].args != step.args:
                 p = j
                 break
-        if p >= len(plan):
-            p = len(plan) - 1  # everything done: finish (again)
 
         def available(u: int) -> bool:
             c = matched.get(u)
             return c is not None and c.result_index in seen and not _is_error(c.result)
+
+        # A careful agent re-reads data it can no longer see before acting on it.
+        if self.profile.rereads and p < len(plan):
+            missing = [u for u in plan[p].uses if not available(u)]
+            if missing:
+                p = missing[0]
+        if p >= len(plan):
+            p = len(plan) - 1  # everything done: finish (again)
 
         def plan_for(n: int) -> tuple[list[PlanStep], Knowledge]:
             k = replace(knowledge, cut=frozenset(u for u in plan[n].uses if not available(u)))
             return family.plan(instance, k), k
 
         batch = [p]
-        stepwise_asked = STEPWISE_CUE in text.lower()  # a harness can ask a batched planner to go stepwise
-        if self.profile.style == "batched" and not stepwise_asked:
+        if self.profile.style == "batched" and not STEPWISE.stated_in(text):
             n = p + 1
             while n < len(plan) and all(u < p for u in plan[n].uses):
                 batch.append(n)
@@ -244,55 +319,65 @@ class SyntheticPolicy:
             batch = batch[: self.profile.planning_capacity] + [len(plan) - 1]
             cause = {"category": "planning", "detail": f"batched {len(plan) - p} steps, capacity {self.profile.planning_capacity}"}
 
-        calls = []
+        out_calls = []
         relied_on: list[str] = []
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
         full_plan = family.plan(instance, full)
         for n in batch:
             steps, k = plan_for(n)
             step = steps[n]
             args = dict(step.args)
             if cause is None and args != full_plan[n].args:
-                cause = self._attribute(family, instance, n, step, k, matched)
-            relied_on += self._relied_on(family, instance, n, step, k, text)
-            rng = _rng(instance.id, model, seed, n, attempts.get(n, 0))
-            mutated = _mutate(args, schemas.get(step.tool, {}), rng) if rng.random() < self.profile.error_rate else None
+                cause = self._attribute(family, instance, n, step, k, matched, own)
+            relied_on += self._relied_on(family, instance, n, step, k, text, own)
+            mutated = _mutate(args, schemas.get(step.tool, {}), rng) if draw(self.profile.error_rate) else None
             if mutated:
                 args, what = mutated
                 cause = cause or {"category": "tool-use", "detail": f"{step.tool}: {what}", "step": n}
-            calls.append(
+            out_calls.append(
                 {
-                    "id": f"call_{turn}_{len(calls)}",
+                    "id": f"call_{turn}_{len(out_calls)}",
                     "type": "function",
                     "function": {"name": step.tool, "arguments": json.dumps(args, sort_keys=True)},
                 }
             )
-        content = "Next: " + ", ".join(c["function"]["name"] for c in calls) + "."
-        message = {"role": "assistant", "content": content, "tool_calls": calls}
-        completion = approx_tokens(content) + sum(approx_tokens(c["function"]["arguments"]) for c in calls)
-        return SyntheticReply(message, prompt_tokens, completion, cause, relied_on=tuple(dict.fromkeys(relied_on)))
+        content = "Next: " + ", ".join(c["function"]["name"] for c in out_calls) + "."
+        message = {"role": "assistant", "content": content, "tool_calls": out_calls}
+        completion = approx_tokens(content) + sum(approx_tokens(c["function"]["arguments"]) for c in out_calls)
+        testbed = {
+            "cause": cause,
+            "relied_on": list(dict.fromkeys(relied_on)),
+            "oracle": f"synthetic/oracle-{self.profile.style}",
+        }
+        return SyntheticReply(message, prompt_tokens, completion, testbed)
 
     def _relied_on(
-        self, family: TaskFamily, instance: Any, n: int, step: PlanStep, k: Knowledge, text: str
+        self, family: TaskFamily, instance: Any, n: int, step: PlanStep, k: Knowledge, text: str, own: frozenset[str]
     ) -> list[str]:
-        """The harness phrases this step acted on: facts or constraints stated in the visible harness
-        text that this step's arguments depend on (without them the arguments would differ)."""
-        low = text.lower()
+        """The harness sentences this step acted on: facts or constraints the visible harness text
+        states (and the policy did not know anyway) that this step's arguments depend on."""
         out = []
         for f in family.facts:
-            stated = [c for c in f.cues if c.lower() in low]
-            matters = stated and f.id in step.facts and f.id in k.facts
-            if matters and family.plan(instance, replace(k, facts=k.facts - {f.id}))[n].args != step.args:
-                out.append(stated[0])
+            if f.id not in step.facts or f.id not in k.facts or f.id in own:
+                continue
+            where = f.concept.where(text)
+            if where and family.plan(instance, replace(k, facts=k.facts - {f.id}))[n].args != step.args:
+                out.append(where)
         c = next((c for c in family.constraints if c.id == step.constraint), None)
-        stated = [cue for cue in c.cues if cue.lower() in low] if c else []
-        matters = stated and c.id in k.constraints
-        if matters and family.plan(instance, replace(k, constraints=k.constraints - {c.id}))[n].args != step.args:
-            out.append(stated[0])
+        where = c.concept.where(text) if c else None
+        without = replace(k, constraints=k.constraints - {c.id}) if c else k
+        if where and c.id in k.constraints and family.plan(instance, without)[n].args != step.args:
+            out.append(where)
         return out
 
     def _attribute(
-        self, family: TaskFamily, instance: Any, n: int, step: PlanStep, k: Knowledge, matched: dict[int, _Call]
+        self,
+        family: TaskFamily,
+        instance: Any,
+        n: int,
+        step: PlanStep,
+        k: Knowledge,
+        matched: dict[int, _Call],
+        own: frozenset[str],
     ) -> dict[str, Any]:
         all_facts = frozenset(f.id for f in family.facts)
         missing = [f for f in step.facts if f not in k.facts]
@@ -311,8 +396,8 @@ class SyntheticPolicy:
         return {"category": "other", "step": n}
 
     @staticmethod
-    def _say(text: str, prompt_tokens: int, cause: dict[str, Any]) -> SyntheticReply:
-        return SyntheticReply({"role": "assistant", "content": text}, prompt_tokens, approx_tokens(text), cause)
+    def _say(text: str, prompt_tokens: int) -> SyntheticReply:
+        return SyntheticReply({"role": "assistant", "content": text}, prompt_tokens, approx_tokens(text))
 
 
 def respond(
@@ -326,9 +411,7 @@ def respond(
     if profile.name == "meta":
         from agents.meta.synthetic_meta import propose
 
-        text = propose(messages, seed)
-        prompt = sum(message_tokens(m) for m in messages)
-        reply = SyntheticReply({"role": "assistant", "content": text}, prompt, approx_tokens(text))
+        reply = propose(messages, tools, seed)
     else:
         reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token

@@ -8,7 +8,7 @@ mutates after construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 HookEvent = Literal["before_call", "after_call", "on_turn", "on_finish"]
@@ -234,8 +234,6 @@ class TurnRecord:
     completion_tokens: int
     latency_s: float
     events: tuple[str, ...] = ()  # hook firings, context-policy actions, error observations
-    cause: dict[str, Any] | None = None  # a synthetic model's recorded failure cause, if any
-    relied_on: tuple[str, ...] = ()  # harness phrases the model reports acting on (synthetic models)
 
 
 @dataclass(frozen=True)
@@ -250,12 +248,20 @@ class Trajectory:
     error: str = "none"  # none / task / infra
     error_detail: str = ""
     cost_usd: float = 0.0
+    # The testbed's answer key (DESIGN §5): trap labels, what a synthetic model recorded per turn, and
+    # for a failed synthetic rollout its deviations and decisive turn. Analysis code reads it; no role
+    # (proposer, expert, judge) ever receives it — they get `public_view()`.
+    ground_truth: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
         from harness_store.codec import content_id
 
         return content_id(self)
+
+    def public_view(self) -> Trajectory:
+        """The trajectory as a role may see it: everything but the ground truth."""
+        return replace(self, ground_truth={})
 
     @property
     def passed(self) -> bool:
@@ -265,9 +271,6 @@ class Trajectory:
     def tokens(self) -> int:
         return sum(t.prompt_tokens + t.completion_tokens for t in self.turns)
 
-    @property
-    def causes(self) -> tuple[dict[str, Any], ...]:
-        return tuple(t.cause for t in self.turns if t.cause)
 
 
 # ------------------------------------------------------------------------ correction and training

@@ -48,7 +48,7 @@ class SyntheticLLM(CustomLLM):
             content=m.get("content"),
             role="assistant",
             tool_calls=tool_calls or None,
-            provider_specific_fields={"cause": reply.cause, "relied_on": list(reply.relied_on)},
+            provider_specific_fields={"testbed": reply.testbed} if reply.testbed else None,
         )
         resp = ModelResponse(
             id=f"synth-{uuid.uuid4().hex[:12]}",

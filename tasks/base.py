@@ -16,28 +16,72 @@ import random
 import re
 import sqlite3
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Any, ClassVar
 
 from harness_store.values import Harness, Outcome, PromptSection, TaskInstance, ToolSpec
+from tasks.handbook import Handbook
 
 SPLITS = ("train", "val", "test")
 MAX_ARG_CHARS = 100_000
 
 
+_WINDOW = 2  # a concept must be carried within this many adjacent sentences
+
+
+@lru_cache(maxsize=8192)
+def _windows(text: str) -> tuple[str, ...]:
+    """Lower-cased runs of up to `_WINDOW` adjacent sentences (lines and sentence ends split)."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", text.lower()) if s.strip()]
+    return tuple(" ".join(sentences[i : i + _WINDOW]) for i in range(max(1, len(sentences) - _WINDOW + 1)))
+
+
+@lru_cache(maxsize=4096)
+def _term_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
+    """Terms match at a word start, as prefixes ('consecutiv' matches 'consecutively'); a term that
+    ends in a digit matches whole numbers only ('3' does not match '30')."""
+    parts = [re.escape(t.lower()) + (r"(?!\d)" if t[-1:].isdigit() else "") for t in terms]
+    return re.compile(r"(?<![a-z0-9])(?:" + "|".join(parts) + ")")
+
+
+@dataclass(frozen=True)
+class Concept:
+    """What a text must say for an idea to count as stated: one term of *every* synonym group within
+    two adjacent sentences. A paraphrase carries the concept; a lone keyword does not."""
+
+    groups: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.groups) < 2 or any(not g or any(not t.strip() for t in g) for g in self.groups):
+            raise ValueError(f"a concept needs at least two non-empty synonym groups: {self.groups!r}")
+
+    def where(self, text: str) -> str | None:
+        """The sentence window that carries the concept, or None."""
+        if not text:
+            return None
+        patterns = [_term_pattern(g) for g in self.groups]
+        return next((w for w in _windows(text) if all(p.search(w) for p in patterns)), None)
+
+    def stated_in(self, text: str) -> bool:
+        return self.where(text) is not None
+
+
 @dataclass(frozen=True)
 class DomainFact:
-    """A piece of domain knowledge. It counts as *stated* when any cue phrase appears in the text
-    the agent can see (case-insensitive)."""
+    """A piece of domain knowledge; `statement` is the catalogue's wording, `concept` what counts as
+    stating it."""
 
     id: str
     statement: str
-    cues: tuple[str, ...]
+    concept: Concept
     common: bool = False  # a weak model knows it without being told
+    rare: bool = False  # specialist knowledge even a strong model may lack (the expert's gaps)
 
     def stated_in(self, text: str) -> bool:
-        low = text.lower()
-        return any(c.lower() in low for c in self.cues)
+        return self.concept.stated_in(text)
 
 
 @dataclass(frozen=True)
@@ -46,11 +90,31 @@ class Constraint:
 
     id: str
     statement: str
-    cues: tuple[str, ...]
+    concept: Concept
 
     def stated_in(self, text: str) -> bool:
-        low = text.lower()
-        return any(c.lower() in low for c in self.cues)
+        return self.concept.stated_in(text)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One line of a checker's report, as a grader would write it: what was required, whether the
+    final state meets it and, if not, why (like a failing test's message). No generator labels."""
+
+    id: str
+    passed: bool
+    reason: str = ""
+
+
+def graded(requirements: Sequence[Requirement], score: float | None = None) -> Outcome:
+    """An `Outcome` from requirement lines: passed when all pass; score defaults to the share passed."""
+    if not requirements:
+        raise ValueError("a checker must report at least one requirement")
+    passed = all(r.passed for r in requirements)
+    if score is None:
+        score = sum(r.passed for r in requirements) / len(requirements)
+    detail = {"requirements": [{"id": r.id, "passed": r.passed, "reason": r.reason} for r in requirements]}
+    return Outcome(passed, 1.0 if passed else round(min(score, 0.99), 4), detail)
 
 
 @dataclass(frozen=True)
@@ -146,6 +210,13 @@ FINISH_TOOL = ToolSpec(
 )
 
 
+@lru_cache(maxsize=1024)
+def _cached_world(family: str, seed: int, params_json: str) -> Any:
+    from tasks import get_family
+
+    return get_family(family).build_world(seed, json.loads(params_json))
+
+
 def instance_seed(family: str, split: str, index: int, params: dict[str, Any]) -> int:
     key = f"{family}|{split}|{index}|{json.dumps(params, sort_keys=True)}"
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
@@ -210,9 +281,13 @@ class TaskFamily(ABC):
             raise ValueError(f"bad instance id {instance_id!r} for family {self.name!r}") from e
 
     # ---------------------------------------------------------------- per family
-    @abstractmethod
     def world(self, seed: int, params: dict[str, Any]) -> Any:
-        """The instance's hidden data and ground truth, a pure function of (seed, params)."""
+        """The instance's hidden data, a pure function of (seed, params), built once and cached."""
+        return _cached_world(self.name, seed, json.dumps(params, sort_keys=True))
+
+    @abstractmethod
+    def build_world(self, seed: int, params: dict[str, Any]) -> Any:
+        """Generate the world of one instance from its seed and knobs (called through `world`)."""
 
     @abstractmethod
     def instruction(self, world: Any, instance_id: str) -> str:
@@ -231,6 +306,17 @@ class TaskFamily(ABC):
     def baseline_tools(self) -> tuple[ToolSpec, ...]: ...
 
     # ---------------------------------------------------------------- shared
+    def answer_key(self, instance: TaskInstance) -> dict[str, Any]:
+        """The testbed's ground truth for an instance (trap labels): analysis code only, never a role."""
+        return {"traps": list(getattr(self.world(instance.seed, instance.params), "traps", ()))}
+
+    @cached_property
+    def handbook(self) -> Handbook:
+        """The family's domain documentation (`handbook.md` beside the family's module)."""
+        import sys
+
+        return Handbook.load(Path(sys.modules[type(self).__module__].__file__).parent / "handbook.md")
+
     def full_knowledge(self) -> Knowledge:
         return Knowledge(frozenset(f.id for f in self.facts), frozenset(c.id for c in self.constraints))
 
