@@ -8,6 +8,11 @@ from typing import Any
 
 from harness_store.values import EvalSummary, Trajectory
 
+TESTBED_NOTICE = (
+    "synthetic/* models are the project's offline testbed: their results test the machinery and "
+    "the method's mechanics, they are not evidence about real models"
+)
+
 
 def summarise(trajectories: Sequence[Trajectory], *, split: str = "", seed: int = 0) -> EvalSummary:
     if not trajectories:

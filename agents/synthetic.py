@@ -95,8 +95,10 @@ PROFILES: dict[str, SyntheticProfile] = {
         style="stepwise",
     ),
     "finish-only": SyntheticProfile("finish-only", only_finish=True),
-    # the offline proposer (agents/meta/synthetic_meta.py), priced like an expert
-    "meta": SyntheticProfile("meta", knows="all", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
+    # the offline proposer (agents/meta/synthetic_meta.py), priced like an expert, and its control that
+    # proposes generic edits only
+    "meta": SyntheticProfile("meta", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
+    "meta-generic": SyntheticProfile("meta-generic", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
 }
 # Fully informed, error-free policies: the "right action for this state" that counterfactual replay
 # substitutes for one turn of a failed rollout (the testbed's answer key, never a role).
@@ -408,10 +410,10 @@ def respond(
     adapter: dict[str, Any] | None = None,
 ) -> SyntheticReply:
     profile = profile_for(model, adapter)
-    if profile.name == "meta":
+    if profile.name in ("meta", "meta-generic"):
         from agents.meta.synthetic_meta import propose
 
-        reply = propose(messages, tools, seed)
+        reply = propose(messages, tools, seed, generic_only=profile.name == "meta-generic")
     else:
         reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token

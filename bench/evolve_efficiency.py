@@ -42,6 +42,7 @@ def main() -> None:
     from services.gateway import Gateway
     from services.logs import configure_logging
     from services.pool import PoolEvaluator, RolloutPool
+    from tasks import get_family
 
     configure_logging(json_lines=False, level="error")
     start_ray(None, num_cpus=2)
@@ -55,7 +56,8 @@ def main() -> None:
         )
         store = HarnessStore(Path(tempfile.mkdtemp()) / "store")
         run_id = store.create_run("evolve", config.to_json())
-        proposer = LLMProposer(config.proposer, lambda m, msgs, s: gateway.complete(m, msgs, [], seed=s))
+        proposer = LLMProposer(config.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
+                               get_family(config.family).handbook)
         results[label] = HarnessEvolution(config, PoolEvaluator(pool), proposer, store, run_id).run()
     pool.shutdown()
 

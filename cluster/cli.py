@@ -79,6 +79,7 @@ def eval_cmd(
     harness: Annotated[str, typer.Option("--harness", help="harness id, prefix, alias or 'baseline'")] = "baseline",
     model: Annotated[str, typer.Option("--model", help="provider/model[@adapter], or several, comma-separated")] = "synthetic/weak",
     reference: Annotated[bool, typer.Option("--reference", help="also score the reference solver")] = False,
+    repeats: Annotated[int, typer.Option("--repeats", help="rollouts per instance (seeds seed..seed+K-1)")] = 1,
     workers: Annotated[int, typer.Option("--workers", help="rollout actors")] = 2,
     address: Annotated[str | None, typer.Option("--address", help="attach to a Ray cluster")] = None,
     seed: SeedOpt = 0,
@@ -90,13 +91,14 @@ def eval_cmd(
 
     One family and one model print one table row (`--json`: one object); several families (`--family
     all`) or models print one row per (family, model) and a family x model pass-rate table (`--json`: a
-    list of objects)."""
+    list of objects). `--repeats K` runs every instance K times and reports pass@1 with a 95% interval
+    and each instance's pass count."""
     from cluster.jobs import EvalRequest, reference_result, run_eval, validate_eval
     from services.logs import configure_logging
 
     configure_logging(json_lines=log_json or None)
     models = tuple(m.strip() for m in model.split(",") if m.strip())
-    req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference)
+    req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference, repeats)
     plan = validate_eval(req, store)  # raises on bad input; writes nothing
     refs = [reference_result(f, plan.instances[f], split) for f in plan.families] if reference else []
     results = run_eval(plan, progress=not as_json)
@@ -130,6 +132,8 @@ def evolve_cmd(
     alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
     plateau: Annotated[int, typer.Option("--plateau", help="stop after N iterations without a gain")] = 3,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="evaluate candidates on all of val")] = False,
+    val_seeds: Annotated[int, typer.Option("--val-seeds", help="seeds per val instance in paired comparisons")] = 2,
+    no_handbook: Annotated[bool, typer.Option("--no-handbook", help="the proposer works without the handbook")] = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue a killed run")] = None,
     workers: Annotated[int, typer.Option("--workers")] = 2,
     address: Annotated[str | None, typer.Option("--address")] = None,
@@ -156,15 +160,21 @@ def evolve_cmd(
         open_store(store, create=False).get_run(resume)
         config = None
     else:
-        get_family(family)
+        fam = get_family(family)
+        if not 1 <= val_n <= fam.split_sizes["val"]:
+            raise UsageError(f"--val-n must be in 1..{fam.split_sizes['val']} (the val split of {family}), got {val_n}")
         validate_model(model)
         validate_model(proposer)
-        if min(budget_rollouts, budget_iterations, budget_tokens, workers) <= 0 or budget_usd <= 0 or budget_seconds <= 0:
-            raise UsageError("budgets and --workers must be positive")
+        import math
+
+        if min(budget_rollouts, budget_iterations, budget_tokens, workers, val_seeds) <= 0 or not all(
+            math.isfinite(x) and x > 0 for x in (budget_usd, budget_seconds)
+        ):
+            raise UsageError("budgets, --workers and --val-seeds must be positive and finite")
         config = EvolveConfig(
             family=family, model=model, proposer=proposer, seed=seed, train_batch=train_batch, val_n=val_n,
             candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, early_stop=not no_early_stop,
-            budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
+            val_seeds=val_seeds, handbook=not no_handbook, budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
         )
     from cluster.display import EvolveProgress
 
@@ -267,6 +277,43 @@ def harness_diff(a: str, b: str, store: StoreOpt = DEFAULT_STORE) -> None:
     )
     out = "\n".join(lines)
     typer.echo(out or "(identical)")
+
+
+@harness_app.command("apply")
+@cli_errors
+def harness_apply(
+    base: Annotated[str, typer.Argument(help="harness id, prefix or alias to edit (or FAMILY:baseline)")],
+    edit_file: Annotated[Path, typer.Argument(help="an edit in the proposer's JSON form")],
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply a hand-written edit to a stored harness; store the result with lineage; print its id."""
+    from harness_store.edits import apply_edit, edit_from_json
+
+    try:
+        raw = json.loads(edit_file.read_text())
+    except OSError as e:
+        raise UsageError(f"cannot read {edit_file}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{edit_file} is not a JSON edit: {e}") from None
+    edit = edit_from_json(raw)
+    from_baseline = base.endswith(":baseline") and base.count(":") == 1
+    if from_baseline:
+        from tasks import get_family
+
+        parent = get_family(base.split(":")[0]).baseline_harness()
+    else:
+        parent = open_store(store, create=False).get_harness(base)
+    new = apply_edit(parent, edit)  # a bad edit raises here, before anything is stored
+    s = open_store(store, create=True)
+    if from_baseline:
+        s.put_harness(parent, rationale="family baseline")
+        s.set_alias(base, parent.id)
+    s.put_harness(new, parent=parent.id, edit=edit, rationale=edit.rationale or "hand-written edit")
+    if as_json:
+        _echo_json({"id": new.id, "parent": parent.id})
+    else:
+        typer.echo(new.id)
 
 
 @harness_app.command("lineage")

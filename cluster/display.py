@@ -25,16 +25,17 @@ console = _Console()
 
 def eval_table(results: Sequence[Any]) -> None:
     t = Table(title="evaluation")
-    for col in ("family", "model", "harness", "n", "pass rate", "turns", "tokens", "errors", "failure causes", "run"):
+    for col in ("family", "model", "harness", "n", "pass@1 [95% CI]", "turns", "tokens", "errors", "failure causes", "run"):
         t.add_column(col)
     for r in results:
         s = r.summary
+        lo, hi = r.rate.ci95
         t.add_row(
             s.family,
             s.model,
             s.harness_id[:12],
-            str(s.n),
-            f"{s.pass_rate:.1%} ({s.passed})",
+            f"{r.rate.instances} x {r.repeats}" if r.repeats > 1 else str(s.n),
+            f"{r.rate.pass_at_1:.1%} [{lo:.0%}, {hi:.0%}]",
             f"{s.mean_turns:.1f}",
             str(s.total_tokens),
             ", ".join(f"{k}={v}" for k, v in sorted(s.errors.items())) or "-",
@@ -43,7 +44,13 @@ def eval_table(results: Sequence[Any]) -> None:
         )
     console.print(t)
     if any(r.summary.model.startswith("synthetic/") for r in results):
-        console.print("[dim]synthetic models are a testbed, not evidence about real models[/dim]")
+        testbed_notice()
+
+
+def testbed_notice() -> None:
+    from agents.report import TESTBED_NOTICE
+
+    console.print(f"[dim]note: {TESTBED_NOTICE}[/dim]")
 
 
 def suite_table(rows: Sequence[dict[str, Any]]) -> None:
@@ -70,7 +77,7 @@ def harness_table(records: Sequence[Any], aliases: dict[str, list[str]]) -> None
             r.family,
             (r.parent or "-")[:12],
             ", ".join(aliases.get(r.id, [])) or "-",
-            "-" if r.val_gain is None else f"{r.val_gain:+.3f}",
+            "-" if r.val_gain is None else _pts(r.val_gain),
             (r.rationale or "")[:60],
         )
     console.print(t)
@@ -91,7 +98,7 @@ def lineage_tree(store: Any, chain: Sequence[Any]) -> None:
     tree = Tree(f"{chain[0].id[:12]} (root) {chain[0].rationale}")
     node = tree
     for r in chain[1:]:
-        gain = "" if r.val_gain is None else f" val {r.val_gain:+.3f}"
+        gain = "" if r.val_gain is None else f" val {_pts(r.val_gain)}"
         ops = ", ".join(type(op).__name__ for op in (r.edit.ops if r.edit else ()))
         node = node.add(f"{r.id[:12]}{gain} [{ops}] {r.rationale}")
     console.print(tree)
@@ -138,6 +145,7 @@ class EvolveProgress:
 def evolve_summary(out: dict[str, Any]) -> None:
     console.print(
         f"[bold]{out['family']}[/bold] {out['model']}: val {out['baseline_val']:.1%} -> {out['evolved_val']:.1%} "
+        "(the split that accepted the edits) "
         f"in {out['iterations']} iterations, {out['rollouts_used']} rollouts ({out['stop_reason']})"
     )
     t = Table(title="accepted edits")
@@ -147,10 +155,26 @@ def evolve_summary(out: dict[str, Any]) -> None:
     for i, e in enumerate(out["edits"]):
         u = usage[i] if i < len(usage) else {}
         rate = "-" if u.get("rate") is None else f"{u['rate']:.0%} of {u['rollouts']}"
-        t.add_row(str(e["iteration"]), ", ".join(o["op"] for o in e["ops"]), f"{e['val_gain']:+.3f}", rate,
+        t.add_row(str(e["iteration"]), ", ".join(o["op"] for o in e["ops"]), _pts(e["val_gain"]), rate,
                   e.get("rationale", "")[:70])
     console.print(t)
+    test = out.get("test")
+    if test:
+        b, e = test["baseline"], test["evolved"]
+        console.print(
+            f"held-out test split ({test['instances']} instances x {test['repeats']} seeds): "
+            f"baseline {b['pass_at_1']:.1%} [{b['ci95'][0]:.0%}, {b['ci95'][1]:.0%}] -> "
+            f"evolved {e['pass_at_1']:.1%} [{e['ci95'][0]:.0%}, {e['ci95'][1]:.0%}], "
+            f"gain {test['gain'] * 100:+.1f} pts [{test['gain_ci95'][0] * 100:+.1f}, {test['gain_ci95'][1] * 100:+.1f}]"
+        )
     console.print(f"evolved harness: {out['harness_id']}  (run {out['run_id']})")
+    if out["model"].startswith("synthetic/"):
+        testbed_notice()
+
+
+def _pts(gain: float) -> str:
+    """A difference of two pass rates, in percentage points."""
+    return f"{gain * 100:+.1f} pts"
 
 
 def _rate(rate: float | None) -> str:
@@ -163,7 +187,8 @@ def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
         t.add_column(col)
     for r in rows:
         usage = ", ".join(f"{'+'.join(u['ops'])}:{_rate(u['rate'])}" for u in r.get("usage", []))
-        t.add_row(r["family"], r["model"], f"{r['baseline']:.1%}", f"{r['evolved']:.1%}", f"{r['gain']:+.1%}",
+        t.add_row(r["family"], r["model"], f"{r['baseline']:.1%}", f"{r['evolved']:.1%}", f"{r['gain'] * 100:+.1f} pts",
                   usage or "-")
     console.print(t)
-    console.print("[dim]synthetic models are a testbed, not evidence about real models[/dim]")
+    if any(r["model"].startswith("synthetic/") for r in rows):
+        testbed_notice()

@@ -9,7 +9,8 @@ from typing import Any
 
 import structlog
 
-from agents.report import failure_causes, summarise
+from agents.report import TESTBED_NOTICE, failure_causes, summarise
+from agents.stats import PassRate, pass_rate
 from harness_store.values import EvalSummary, Harness, ModelRef, TaskInstance
 
 
@@ -24,6 +25,7 @@ class EvalRequest:
     seed: int
     address: str | None
     reference: bool = False  # also score each family's reference solver
+    repeats: int = 1  # rollouts per instance, at seeds seed, seed+1, ...
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,13 @@ class EvalResult:
     summary: EvalSummary
     causes: dict[str, int]
     seconds: float
+    rate: PassRate
+    repeats: int = 1
 
     def as_json(self) -> dict[str, Any]:
         s = self.summary
-        return {
+        rate = self.rate.as_json()
+        out = {
             "run_id": self.run_id,
             "family": s.family,
             "split": s.split,
@@ -61,7 +66,15 @@ class EvalResult:
             "cost_usd": s.cost_usd,
             "failure_causes": self.causes,
             "seconds": round(self.seconds, 2),
+            "repeats": self.repeats,
+            "pass_at_1": rate["pass_at_1"],
+            "ci95": rate["ci95"],
+            "boundary_share": rate["boundary_share"],
+            "per_instance": rate["per_instance"],
         }
+        if s.model.startswith("synthetic/"):
+            out["notice"] = TESTBED_NOTICE
+        return out
 
 
 def use_store(store_path: Path) -> None:
@@ -98,6 +111,8 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
 
     if req.n <= 0:
         raise ValueError(f"--n must be positive, got {req.n}")
+    if req.repeats <= 0:
+        raise ValueError(f"--repeats must be positive, got {req.repeats}")
     if req.workers <= 0:
         raise ValueError(f"--workers must be positive, got {req.workers}")
     families = tuple(family_names()) if req.family == "all" else (req.family,)
@@ -162,18 +177,20 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
     req = plan.request
     config = {
         "family": fam, "split": req.split, "n": req.n, "harness_id": h.id, "model": model,
-        "seed": req.seed, "workers": req.workers,
+        "seed": req.seed, "workers": req.workers, "repeats": req.repeats,
     }
     run_id = store.create_run("eval", config)
     log = structlog.get_logger(role="eval", run_id=run_id, harness_id=h.id[:12])
     log.info("eval started", family=fam, model=model, n=req.n)
     started = time.perf_counter()
     try:
-        jobs = [RolloutJob(i, h, model, req.seed) for i in plan.instances[fam]]
+        jobs = [RolloutJob(i, h, model, req.seed + r) for r in range(req.repeats) for i in plan.instances[fam]]
         trajs = pool.run(jobs, progress=progress, description=f"{fam} {model}")
         store.put_trajectories(run_id, trajs)
         summary = summarise(trajs, split=req.split, seed=req.seed)
-        res = EvalResult(run_id, summary, failure_causes(trajs), time.perf_counter() - started)
+        res = EvalResult(
+            run_id, summary, failure_causes(trajs), time.perf_counter() - started, pass_rate(trajs), req.repeats
+        )
         store.finish_run(run_id, "done", res.as_json())
     except BaseException as e:
         store.finish_run(run_id, "failed", {"error": f"{type(e).__name__}: {e}"})
@@ -216,7 +233,10 @@ def run_evolve(
     start_ray(address)
     pool = RolloutPool(workers)
     try:
-        proposer = LLMProposer(config.proposer, lambda m, msgs, seed: gateway.complete(m, msgs, [], seed=seed))
+        from tasks import get_family
+
+        handbook = get_family(config.family).handbook if config.handbook else None
+        proposer = LLMProposer(config.proposer, lambda m, msgs, tools, seed: gateway.complete(m, msgs, tools, seed=seed), handbook)
         loop = HarnessEvolution(config, PoolEvaluator(pool), proposer, store, run_id, on_progress=on_progress)
         try:
             result = loop.run(resume=bool(resume))
@@ -243,10 +263,45 @@ def run_evolve(
             "edits": result.accepted,
         }
         out["usage"] = usage_report(store, pool, result.harness_id, config.family, [config.model], "val", config.val_n, config.seed)
+        out["test"] = held_out_comparison(
+            store, pool, run_id, config.family, config.model, result.baseline_id, result.harness_id,
+            repeats=config.val_seeds, seed=config.seed,
+        )
+        if config.model.startswith("synthetic/"):
+            out["notice"] = TESTBED_NOTICE
         store.finish_run(run_id, "done", out)
         return out
     finally:
         pool.shutdown()
+
+
+def held_out_comparison(
+    store: Any, pool: Any, run_id: str, family: str, model: str, baseline_id: str, evolved_id: str, *, repeats: int, seed: int
+) -> dict[str, Any]:
+    """Baseline vs evolved harness on the whole test split (never used for acceptance), `repeats` seeds
+    each: pass@1 with 95% intervals and the paired gain with its interval."""
+    from agents.stats import paired_difference
+    from services.pool import RolloutJob
+    from tasks import get_family
+
+    instances = get_family(family).generate("test")
+    rates = {}
+    for label, hid in (("baseline", baseline_id), ("evolved", evolved_id)):
+        h = store.get_harness(hid)
+        jobs = [RolloutJob(i, h, model, seed + r) for r in range(repeats) for i in instances]
+        trajs = pool.run(jobs)
+        store.put_trajectories(run_id, trajs, batch=f"test-{label}")
+        rates[label] = pass_rate(trajs)
+    gain, ci = paired_difference(rates["baseline"], rates["evolved"])
+    return {
+        "split": "test",
+        "instances": len(instances),
+        "repeats": repeats,
+        "baseline": {k: v for k, v in rates["baseline"].as_json().items() if k != "per_instance"},
+        "evolved": {k: v for k, v in rates["evolved"].as_json().items() if k != "per_instance"},
+        "gain": round(gain, 4),
+        "gain_ci95": [round(ci[0], 4), round(ci[1], 4)],
+    }
 
 
 def accepted_edits(store: Any, harness_id: str) -> list[Any]:
@@ -258,7 +313,7 @@ def usage_report(
     trajectories: dict[str, list[Any]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Per model, the usage rate of every accepted edit on the harness's lineage."""
-    from agents.meta.usage import edit_usage
+    from agents.usage import edit_usage
     from services.pool import RolloutJob
     from tasks import get_family
 

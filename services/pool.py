@@ -193,5 +193,5 @@ class PoolEvaluator:
         self.pool = pool
         self.max_in_flight = max_in_flight
 
-    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness]], model: str, seed: int) -> list[Trajectory]:
-        return self.pool.run([RolloutJob(i, h, model, seed) for i, h in jobs], max_in_flight=self.max_in_flight)
+    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]:
+        return self.pool.run([RolloutJob(i, h, model, s) for i, h, s in jobs], max_in_flight=self.max_in_flight)

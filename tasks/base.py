@@ -34,9 +34,13 @@ _WINDOW = 2  # a concept must be carried within this many adjacent sentences
 
 @lru_cache(maxsize=8192)
 def _windows(text: str) -> tuple[str, ...]:
-    """Lower-cased runs of up to `_WINDOW` adjacent sentences (lines and sentence ends split)."""
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", text.lower()) if s.strip()]
-    return tuple(" ".join(sentences[i : i + _WINDOW]) for i in range(max(1, len(sentences) - _WINDOW + 1)))
+    """Lower-cased single sentences, then runs of up to `_WINDOW` adjacent ones (lines and sentence
+    ends split; whitespace normalised), so the smallest window that carries a concept is found first."""
+    sentences = [" ".join(s.split()) for s in re.split(r"(?<=[.!?])\s+|\n+", text.lower()) if s.strip()]
+    runs = [
+        " ".join(sentences[i : i + w]) for w in range(2, _WINDOW + 1) for i in range(max(0, len(sentences) - w + 1))
+    ]
+    return tuple(sentences + runs)
 
 
 @lru_cache(maxsize=4096)
@@ -53,6 +57,7 @@ class Concept:
     two adjacent sentences. A paraphrase carries the concept; a lone keyword does not."""
 
     groups: tuple[tuple[str, ...], ...]
+    unless: tuple[str, ...] = ()  # terms that negate it when they appear in the same window
 
     def __post_init__(self) -> None:
         if len(self.groups) < 2 or any(not g or any(not t.strip() for t in g) for g in self.groups):
@@ -63,7 +68,11 @@ class Concept:
         if not text:
             return None
         patterns = [_term_pattern(g) for g in self.groups]
-        return next((w for w in _windows(text) if all(p.search(w) for p in patterns)), None)
+        negation = _term_pattern(self.unless) if self.unless else None
+        return next(
+            (w for w in _windows(text) if all(p.search(w) for p in patterns) and not (negation and negation.search(w))),
+            None,
+        )
 
     def stated_in(self, text: str) -> bool:
         return self.where(text) is not None

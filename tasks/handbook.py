@@ -4,7 +4,7 @@ Each family ships `handbook.md`: a `# title` and `## section` headings, each sec
 paragraphs of prose. Some sections state the facts and constraints the family's tasks turn on, in
 their own words; more of them are true but irrelevant to the tasks. Which is which is written
 nowhere: roles find out by reading. Proposers (and the expert rewriter) reach it through two tools,
-`search_handbook` (BM25 over sections, via `bm25s`) and `read_handbook`.
+`search_handbook` (BM25 over Snowball-stemmed sections, via `bm25s`) and `read_handbook`.
 """
 
 from __future__ import annotations
@@ -16,20 +16,13 @@ from pathlib import Path
 from typing import Any
 
 SNIPPET_CHARS = 240
-_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ied", "es", "ed", "ly", "s")
-
-
-def stem(word: str) -> str:
-    """A light suffix stripper, enough for 'anomalies'/'anomaly' or 'overrides'/'override' to meet."""
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            word = word[: -len(suffix)]
-            return word[:-1] + "y" if suffix in ("ies", "ied") else word
-    return word
 
 
 def _stem_all(words: list[str]) -> list[str]:
-    return [stem(w) for w in words]
+    """English Snowball stems, so that 'anomalies' meets 'anomaly' and 'overrides' meets 'override'."""
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english").stemWords(words)
 
 
 @dataclass(frozen=True)

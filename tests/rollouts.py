@@ -21,7 +21,7 @@ class InProcessEvaluator:
         self.calls = 0
         self.rollouts = 0
 
-    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness]], model: str, seed: int) -> list[Trajectory]:
+    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]:
         self.calls += 1
         self.rollouts += len(jobs)
         executor = Executor(_GATEWAY)
@@ -29,11 +29,11 @@ class InProcessEvaluator:
         async def run() -> list[Trajectory]:
             sem = asyncio.Semaphore(self.concurrency)
 
-            async def one(inst: TaskInstance, harness: Harness) -> Trajectory:
+            async def one(inst: TaskInstance, harness: Harness, seed: int) -> Trajectory:
                 async with sem:
                     return await executor.rollout(inst, harness, model, seed)
 
-            return await asyncio.gather(*(one(i, h) for i, h in jobs))
+            return await asyncio.gather(*(one(*job) for job in jobs))
 
         return asyncio.run(run())
 
@@ -41,12 +41,12 @@ class InProcessEvaluator:
 def rollout_all(
     instances: Sequence[TaskInstance], harness: Harness, model: str, seed: int = 0, concurrency: int = 32
 ) -> list[Trajectory]:
-    return InProcessEvaluator(concurrency).evaluate([(i, harness) for i in instances], model, seed)
+    return InProcessEvaluator(concurrency).evaluate([(i, harness, seed) for i in instances], model)
 
 
 def pass_rate(trajectories: Sequence[Trajectory]) -> float:
     return sum(t.passed for t in trajectories) / len(trajectories)
 
 
-def proposer_complete(model, messages, seed):
-    return _GATEWAY.complete(model, messages, [], seed=seed)
+def proposer_complete(model, messages, tools, seed):
+    return _GATEWAY.complete(model, messages, tools, seed=seed)

@@ -9,6 +9,7 @@ import pytest
 
 from agents.context import apply_policy
 from agents.executor import Executor, RetryPolicy
+from agents.report import recorded_causes
 from harness_store.codec import encode
 from harness_store.edits import apply_edit
 from harness_store.values import AddHook, ContextPolicy, HarnessEdit, HookSpec, SetContextPolicy, SetMaxTurns
@@ -56,7 +57,7 @@ def test_same_seed_same_inputs_identical_trajectories():
 def test_transient_model_errors_are_retried():
     client = Flaky(fail=2)
     traj = run(Executor(client, FAST_RETRY), FAM.generate("val", 1)[0], FAM.baseline_harness(), "synthetic/expert")
-    assert traj.error == "none" and traj.passed
+    assert traj.error == "none" and traj.outcome is not None
     assert client.calls >= 3
 
 
@@ -69,7 +70,8 @@ def test_persistent_model_errors_make_an_infra_trajectory_not_a_failure():
     assert client.calls == FAST_RETRY.attempts
     ok = rollout_all(FAM.generate("val", 3), FAM.baseline_harness(), "synthetic/expert")
     s = summarise([traj, *ok])
-    assert s.errors == {"infra": 1} and s.pass_rate == 1.0  # infra is never counted as a task failure
+    assert s.errors == {"infra": 1}
+    assert s.pass_rate == sum(t.passed for t in ok) / 3  # infra is never counted as a task failure
 
 
 def _rename_first_call(new_name=None, new_args=None):
@@ -111,20 +113,29 @@ def test_turn_limit_ends_the_rollout_as_a_task_failure():
 
 
 def test_finish_checklist_holds_the_first_finish_and_weak_then_heeds_the_constraint():
-    inst = next(i for i in FAM.generate("val") if "peak" in FAM.world(i.seed, i.params).traps)
+    insts = [i for i in FAM.generate("val") if "peak" in FAM.answer_key(i)["traps"]]
     base = FAM.baseline_harness()
-    hooked = apply_edit(base, HarnessEdit((AddHook(HookSpec("on_finish", "finish_checklist")),)))
-    plain = run(Executor(Gateway()), inst, base, "synthetic/expert")
-    assert plain.passed
-    before = rollout_all([inst], base, "synthetic/weak", seed=1)[0]
-    after = rollout_all([inst], hooked, "synthetic/weak", seed=1)[0]
+    generic = apply_edit(base, HarnessEdit((AddHook(HookSpec("on_finish", "finish_checklist")),)))
+    stating = apply_edit(
+        base,
+        HarnessEdit((AddHook(HookSpec("on_finish", "finish_checklist", {"items": ["Each anomaly entry includes its peak value."]})),)),
+    )
 
     def uploads(t):
         return [c["arguments"] for turn in t.turns for c in turn.tool_calls if c["name"] == "upload_report"]
 
-    assert all("peak" not in u for u in uploads(before))  # the weak skipped the constraint
-    assert any("hook:finish_checklist" in e for t in after.turns for e in t.events)
-    assert len(uploads(after)) >= 2 and "peak" in uploads(after)[-1]  # and redid the upload
+    def with_peak(h):
+        trajs = [t for seed in range(3) for t in rollout_all(insts, h, "synthetic/weak", seed=seed)]
+        return trajs, sum("peak" in uploads(t)[-1] for t in trajs if uploads(t)) / len(trajs)
+
+    before, rate_before = with_peak(base)
+    _, rate_generic = with_peak(generic)
+    after, rate_after = with_peak(stating)
+    assert rate_before < 0.5  # the weak mostly skips the constraint
+    assert rate_generic < 0.5  # a checklist that does not state it does not help
+    assert rate_after > 0.9
+    assert all(any("hook:finish_checklist" in e for turn in t.turns for e in turn.events) for t in after)
+    assert any(len(uploads(t)) >= 2 and "peak" in uploads(t)[-1] for t in after)  # it redid the upload
 
 
 def test_context_policies_elide_old_tool_results_only():
@@ -144,12 +155,61 @@ def test_context_policies_elide_old_tool_results_only():
 def test_weak_long_context_failure_is_recorded_and_policy_changes_what_it_sees():
     insts = [FAM.instance_at("val", i, size=5) for i in range(6)]
     trajs = rollout_all(insts, FAM.baseline_harness(), "synthetic/weak")
-    assert any(c["category"] == "long-context" for t in trajs for c in t.causes)
-    expert = rollout_all(insts, FAM.baseline_harness(), "synthetic/expert")
-    assert all(t.passed for t in expert)
+    assert any(c["category"] == "long-context" for t in trajs for c in recorded_causes(t))
+    expert = rollout_all(insts, FAM.baseline_harness(), "synthetic/expert")  # re-reads what it cannot see
+    assert not any(c["category"] == "long-context" for t in expert for c in recorded_causes(t))
     h = apply_edit(
         FAM.baseline_harness(),
         HarnessEdit((SetContextPolicy(ContextPolicy("truncate-middle", token_budget=600, keep_last=1)),)),
     )
     squeezed = rollout_all(insts, h, "synthetic/expert")
     assert any("context:elided" in e for t in squeezed for turn in t.turns for e in turn.events)
+
+
+# ------------------------------------------------------------------ resume and the counterfactual answer key
+@pytest.fixture(scope="module")
+def weak_val():
+    return rollout_all(FAM.generate("val", 30), FAM.baseline_harness(), "synthetic/weak")
+
+
+def test_resume_replays_the_prefix_verbatim_then_forces_one_turn_and_continues(weak_val):
+    from agents.executor import Resume, assistant_positions
+
+    traj = next(t for t in weak_val if not t.passed and t.ground_truth.get("decisive_turn"))
+    t = traj.ground_truth["decisive_turn"]
+    forced = {"role": "assistant", "content": "Forced.", "tool_calls": [
+        {"id": "forced_0", "type": "function", "function": {"name": "list_objects", "arguments": "{}"}}]}
+    resumed = asyncio.run(
+        Executor(Gateway()).rollout(traj.instance, FAM.baseline_harness(), traj.model, traj.seed, resume=Resume(traj, t, forced))
+    )
+    pos = assistant_positions(traj.messages)[t]
+    assert resumed.messages[:pos] == traj.messages[:pos]  # the prefix is the model's own, unchanged
+    assert resumed.messages[pos]["tool_calls"] == forced["tool_calls"]
+    assert "forced" in resumed.turns[t].events and all("replayed" in r.events for r in resumed.turns[:t])
+    assert len(resumed.turns) > t + 1  # the model continued after the forced turn
+    assert "decisive_turn" not in resumed.ground_truth  # replays never compute their own answer key
+
+
+def test_failed_testbed_rollouts_carry_deviations_and_a_decisive_turn_that_really_repairs(weak_val):
+    from agents.executor import Resume
+
+    failed = [t for t in weak_val if not t.passed]
+    passed = [t for t in weak_val if t.passed]
+    assert failed and passed
+    assert all(t.ground_truth["deviations"] for t in failed)
+    assert all("deviations" not in t.ground_truth and not recorded_causes(t) for t in passed)
+    decisive = [t for t in failed if t.ground_truth["decisive_turn"] is not None]
+    assert len(decisive) >= len(failed) // 2
+    for traj in decisive[:5]:
+        turn = traj.ground_truth["decisive_turn"]
+        assert turn in [d["turn"] for d in traj.ground_truth["deviations"]]
+        oracle = traj.ground_truth["turns"][turn]["oracle"]
+        from agents.context import apply_policy
+        from agents.executor import assistant_positions, openai_tool
+
+        h = FAM.baseline_harness()
+        visible, _ = apply_policy(list(traj.messages[: assistant_positions(traj.messages)[turn]]), h.context)
+        right = asyncio.run(Gateway().acomplete(oracle, visible, [openai_tool(x) for x in h.tools], seed=traj.seed))
+        replay = asyncio.run(Executor(Gateway()).rollout(traj.instance, h, traj.model, traj.seed,
+                                                          resume=Resume(traj, turn, right.message)))
+        assert replay.passed

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from agents.executor import Completion
-from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer, edit_usage
+from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+from agents.usage import edit_usage
 from agents.meta.acceptance import PairedResult, SignTest, sign_test_p
 from agents.meta.proposer import parse_response, proposer_messages
 from harness_store.store import HarnessStore

@@ -1,4 +1,4 @@
-"""Harness evolution: the meta-agent's loop, its proposer, acceptance rules and edit-usage tracking.
+"""Harness evolution: the meta-agent's loop, its proposer and acceptance rules.
 
 Pure logic (no Ray): rollouts come through an `Evaluator`, model calls through a `complete` callable.
 """
@@ -6,7 +6,6 @@ Pure logic (no Ray): rollouts come through an `Evaluator`, model calls through a
 from agents.meta.acceptance import BootstrapTest, PairedResult, SignTest, make_rule
 from agents.meta.loop import Budget, EvolveConfig, EvolveResult, HarnessEvolution
 from agents.meta.proposer import LLMProposer, Proposal
-from agents.meta.usage import edit_usage
 
 __all__ = [
     "BootstrapTest",
@@ -18,6 +17,5 @@ __all__ = [
     "PairedResult",
     "Proposal",
     "SignTest",
-    "edit_usage",
     "make_rule",
 ]

@@ -67,10 +67,12 @@ class EvolveConfig:
     chunk: int = 10
     plateau: int = 3
     early_stop: bool = True
+    val_seeds: int = 2  # each val instance is evaluated at this many seeds (pairs = instances x seeds)
+    handbook: bool = True  # the proposer may consult the family's handbook
     budget: Budget = Budget()
 
     def __post_init__(self) -> None:
-        for name in ("train_batch", "val_n", "candidates", "chunk", "plateau", "evidence_failures"):
+        for name in ("train_batch", "val_n", "candidates", "chunk", "plateau", "evidence_failures", "val_seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 < self.alpha < 1:
@@ -86,7 +88,9 @@ class EvolveConfig:
 
 
 class Evaluator(Protocol):
-    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness]], model: str, seed: int) -> list[Trajectory]: ...
+    """Runs rollouts: one per (instance, harness, seed) job, results in job order."""
+
+    def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]: ...
 
 
 class Journal(Protocol):
@@ -123,7 +127,7 @@ class BudgetExhausted(Exception):
 @dataclass
 class _State:
     current_id: str
-    val_cache: dict[str, dict[int, bool]]  # harness id -> val index -> passed
+    val_cache: dict[str, dict[int, bool]]  # harness id -> val pair index -> passed
     history: list[dict[str, Any]]
     spend: Spend
     streak: int = 0
@@ -153,7 +157,11 @@ class HarnessEvolution:
         self.on_progress = on_progress
         self.family = get_family(config.family)
         self.rule = make_rule(config.rule, config.alpha)
-        self.val = self.family.generate("val", min(config.val_n, self.family.split_sizes["val"]))
+        if config.val_n > self.family.split_sizes["val"]:
+            raise ValueError(f"val_n {config.val_n} exceeds the val split of {config.family} ({self.family.split_sizes['val']})")
+        instances = self.family.generate("val", config.val_n)
+        # the paired comparison's units: every val instance at every val seed
+        self.val = [(inst, config.seed + r) for inst in instances for r in range(config.val_seeds)]
         self.train = self.family.generate("train")
         self.log = structlog.get_logger(role="meta", run_id=run_id)
         self._t0 = time.monotonic()
@@ -212,7 +220,7 @@ class HarnessEvolution:
         current = self.journal.get_harness(st.current_id)
         rng = random.Random(self.cfg.seed * 1_000_003 + it)
         batch = rng.sample(self.train, min(self.cfg.train_batch, len(self.train)))
-        trajs = self._evaluate([(i, current) for i in batch], f"it{it}-train")
+        trajs = self._evaluate([(i, current, self.cfg.seed + it) for i in batch], f"it{it}-train")
         failures = [t for t in trajs if not t.passed and t.error != "infra"]
         self._progress(it, "train", failures=len(failures))
         if not failures:
@@ -291,7 +299,7 @@ class HarnessEvolution:
             live = [c for c in range(len(candidates)) if c not in decided]
             if not live:
                 break
-            jobs = [(self.val[j], candidates[c].candidate) for c in live for j in idx]
+            jobs = [self._val_job(j, candidates[c].candidate) for c in live for j in idx]
             trajs = self._evaluate(jobs, f"it{it}-val{start}")
             for k, t in enumerate(trajs):
                 c, j = live[k // len(idx)], idx[k % len(idx)]
@@ -314,17 +322,21 @@ class HarnessEvolution:
         cache = self._state.val_cache.setdefault(harness.id, {})
         missing = [j for j in idx if j not in cache]
         if missing:
-            trajs = self._evaluate([(self.val[j], harness) for j in missing], f"val-{harness.id[:12]}-{missing[0]}")
+            trajs = self._evaluate([self._val_job(j, harness) for j in missing], f"val-{harness.id[:12]}-{missing[0]}")
             for j, t in zip(missing, trajs):
                 cache[j] = t.passed
 
-    def _evaluate(self, jobs: list[tuple[TaskInstance, Harness]], name: str) -> list[Trajectory]:
+    def _val_job(self, j: int, harness: Harness) -> tuple[TaskInstance, Harness, int]:
+        instance, seed = self.val[j]
+        return instance, harness, seed
+
+    def _evaluate(self, jobs: list[tuple[TaskInstance, Harness, int]], name: str) -> list[Trajectory]:
         st = self._state
         self._check_budget()
         left = self.cfg.budget.rollouts - st.spend.rollouts
         if len(jobs) > left:
             raise BudgetExhausted("rollouts")
-        trajs = self.evaluator.evaluate(jobs, self.cfg.model, self.cfg.seed)
+        trajs = self.evaluator.evaluate(jobs, self.cfg.model)
         st.spend.rollouts += len(jobs)
         st.spend.usd += sum(t.cost_usd for t in trajs)
         st.batches += 1

@@ -1,18 +1,30 @@
-"""`synthetic/meta`: an offline proposer that answers the proposer prompt mechanically.
+"""`synthetic/meta`: an offline proposer that answers the proposer prompt mechanically, from what a
+real proposer would see (DESIGN §5): the failed transcripts, the grader's failed requirements, the
+harness, the edit history and — through the `search_handbook`/`read_handbook` tools, when offered —
+the family's handbook. It never reads fact lists, recorded causes, trap labels or expected answers.
 
-It reads the evidence block, counts the recorded causes of the failures it is shown, and proposes one
-edit per frequent cause — a domain fact only when failures show it missing. A seeded share of its
-proposals is useless or harmful (and a few do not parse), so that acceptance is exercised."""
+It works in the three rounds a tool-using model would:
+1. search the handbook with the grader's failed requirements and the task's instruction as queries;
+2. read the best-scoring sections the harness does not already contain;
+3. answer with edits: the read sections as recipes (all together, then one by one), a finish
+   checklist made of the grader's failure reasons, and generic edits for observable symptoms — a
+   validation hook when calls came back with errors, a context policy when observations were large, a
+   step-by-step section when the agent batched several calls into one turn.
+
+`synthetic/meta-generic` is the control that proposes the generic edits only (no text taken from
+the evidence or the handbook). A seeded share of proposals is useless or harmful (and a few do not
+parse), so that acceptance is exercised."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import random
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 from typing import Any
 
-from tasks import get_family
+from agents.context import approx_tokens, message_tokens
 
 USELESS = [
     {"op": "set_section", "name": "tone", "text": "Be polite, concise and professional in every message."},
@@ -26,54 +38,138 @@ HARMFUL = [
 USELESS_SHARE = 0.2
 HARMFUL_SHARE = 0.1
 BROKEN_SHARE = 0.05
+MAX_QUERIES = 4
+MAX_READS = 4
+SEARCH_K = 5
+LARGE_OBSERVATIONS = 5000  # tokens of tool output in one rollout that make a context policy worth trying
+CHECKLIST_ITEMS = 4
 
 
-def propose(messages: list[dict[str, Any]], seed: int) -> str:
+def propose(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int, generic_only: bool = False):
+    """One reply of the synthetic proposer: handbook tool calls, or the final JSON answer."""
     from agents.meta.proposer import evidence_from_messages
+    from agents.synthetic import SyntheticReply
 
     evidence = evidence_from_messages(messages)
+    offered = {t["function"]["name"] for t in tools or ()}
+    done = _tool_rounds(messages)
+    prompt = sum(message_tokens(m) for m in messages)
+    calls: list[dict[str, Any]] = []
+    if not generic_only and "search_handbook" in offered and not done["search_handbook"]:
+        calls = [_call("search_handbook", {"query": q, "k": SEARCH_K}, i) for i, q in enumerate(_queries(evidence))]
+    elif not generic_only and "read_handbook" in offered and done["search_handbook"] and not done["read_handbook"]:
+        ranked = _rank_sections(done["search_handbook"], evidence.get("harness", ""))
+        calls = [_call("read_handbook", {"section": s}, i) for i, s in enumerate(ranked[:MAX_READS])]
+    if calls:
+        content = "Let me check the handbook."
+        return SyntheticReply({"role": "assistant", "content": content, "tool_calls": calls}, prompt, approx_tokens(json.dumps(calls)))
+    text = _answer(evidence, done["read_handbook"], messages, seed, generic_only)
+    return SyntheticReply({"role": "assistant", "content": text}, prompt, approx_tokens(text))
+
+
+# ------------------------------------------------------------------ reading the evidence
+def _queries(evidence: dict[str, Any]) -> list[str]:
+    """Search queries from what the grader and the task say: each failed requirement (its name and the
+    general part of its reason, most frequent first), then the task's first sentence."""
+    reasons: dict[str, str] = {}
+    counts: Counter[str] = Counter()
+    for f in evidence.get("failures", ()):
+        for r in f.get("failed_requirements", ()):
+            counts[r["id"]] += 1
+            reasons.setdefault(r["id"], _general(r.get("reason", "")))
+    queries = [f"{rid.replace('_', ' ')} {reasons[rid]}".strip() for rid, _ in counts.most_common()]
+    instruction = next((f.get("instruction", "") for f in evidence.get("failures", ())), "")
+    first = re.split(r"(?<=[.!?])\s", instruction, maxsplit=1)[0]
+    if first:
+        queries.append(first)
+    return [q for q in dict.fromkeys(queries) if q][:MAX_QUERIES]
+
+
+def _general(reason: str) -> str:
+    """The general part of a grader's reason: before any listing of items (after ':' or ';')."""
+    return re.split(r"[:;]", reason, maxsplit=1)[0].strip()
+
+
+def _tool_rounds(messages: list[dict[str, Any]]) -> dict[str, list[tuple[dict[str, Any], str]]]:
+    """The handbook calls made so far and their results: tool name -> [(arguments, result)]."""
+    results = {m.get("tool_call_id"): m.get("content") or "" for m in messages if m.get("role") == "tool"}
+    out: dict[str, list[tuple[dict[str, Any], str]]] = defaultdict(list)
+    for m in messages:
+        for c in m.get("tool_calls") or () if m.get("role") == "assistant" else ():
+            fn = c.get("function") or {}
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                args = {}
+            out[fn.get("name", "")].append((args, results.get(c.get("id"), "")))
+    return out
+
+
+def _rank_sections(searches: list[tuple[dict[str, Any], str]], harness_text: str) -> list[str]:
+    """Section ids by summed relative score over the searches, skipping what the harness already says."""
+    score: dict[str, float] = defaultdict(float)
+    for _, result in searches:
+        try:
+            hits = json.loads(result)
+        except json.JSONDecodeError:
+            continue
+        top = max((h.get("score", 0.0) for h in hits), default=0.0) or 1.0
+        for h in hits:
+            snippet = (h.get("snippet") or "")[:80]
+            if snippet and snippet in " ".join(harness_text.split()):
+                continue
+            score[h["id"]] += h.get("score", 0.0) / top
+    return [sid for sid, _ in sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _read_sections(reads: list[tuple[dict[str, Any], str]]) -> list[tuple[str, str]]:
+    out = []
+    for args, result in reads:
+        if result.startswith("error"):
+            continue
+        body = result.split("\n", 1)[1] if "\n" in result else result
+        out.append((str(args.get("section", "note")), body.strip()))
+    return out
+
+
+# ------------------------------------------------------------------ the answer
+def _answer(evidence: dict[str, Any], reads: list[tuple[dict[str, Any], str]], messages: list[dict[str, Any]], seed: int, generic_only: bool) -> str:
     k = _asked_k(messages)
-    family = get_family(evidence["family"])
-    # edits already tried on this very harness (an edit rejected earlier may pay off after others)
-    tried = {
-        json.dumps(h.get("ops"), sort_keys=True)
-        for h in evidence.get("history", ())
-        if h.get("base") == evidence.get("harness_id")
-    }
-    harness_text = evidence.get("harness", "")
-    rng = random.Random(int(hashlib.sha256(f"{seed}|{messages[-1]['content']}".encode()).hexdigest()[:16], 16))
+    failures = evidence.get("failures", ())
+    harness = evidence.get("harness", "")
+    tried = {json.dumps(h.get("ops"), sort_keys=True) for h in evidence.get("history", ()) if h.get("base") == evidence.get("harness_id")}
+    rng = random.Random(int(hashlib.sha256(f"{seed}|{json.dumps(evidence, sort_keys=True)}".encode()).hexdigest()[:16], 16))
 
-    causes = [f.get("recorded_cause") or {} for f in evidence.get("failures", ())]
-    counts = Counter(c.get("category", "other") for c in causes)
-    missing_facts = Counter(fid for c in causes if c.get("category") == "implicit-knowledge" for fid in c.get("facts", ()))
-    by_cause: dict[str, list[dict[str, Any]]] = {}  # candidate edits per failure category
-    facts = [f for fid, _ in missing_facts.most_common() for f in family.facts if f.id == fid]
-    recipes = [{"op": "add_recipe", "name": f.id, "text": f.statement} for f in facts]
-    knowledge = by_cause.setdefault("implicit-knowledge", [])
-    if len(recipes) > 1:  # every fact the failures show missing, as one edit
-        knowledge.append(_edit(recipes, "failures show the agent lacks these domain facts", "implicit-knowledge"))
-    for f, op in zip(facts, recipes):
-        knowledge.append(_edit([op], f"failures show the agent does not know: {f.statement}", "implicit-knowledge"))
-    if "validate_args" not in harness_text:
-        by_cause["tool-use"] = [_edit([{"op": "add_hook", "kind": "validate_args", "params": {}}],
-                                      "tool calls with malformed arguments went through unchecked", "tool-use")]
-    rules = by_cause.setdefault("instruction-following", [])
-    if "finish_checklist" not in harness_text:
-        rules.append(_edit([{"op": "add_hook", "kind": "finish_checklist", "params": {}}],
-                           "the agent finished without meeting every instruction", "instruction-following"))
-    for c in family.constraints:
-        rules.append(_edit([{"op": "set_section", "name": f"rule_{c.id}", "text": c.statement}],
-                           "state the instruction constraint the agent skipped", "instruction-following"))
-    by_cause["long-context"] = [_edit([{"op": "set_context_policy", "strategy": "pin-notes", "token_budget": 6000, "keep_last": 4}],
-                                      "the data a step needed had scrolled out of the agent's view", "long-context")]
-    by_cause["planning"] = [_edit([{"op": "set_section", "name": "planning", "text": "Make one tool call per turn and check each result before the next step."}],
-                                  "batched plans broke down", "planning")]
-    # most frequent cause first; one edit per cause before any cause gets a second one
-    ranked = [cat for cat, _ in counts.most_common() if by_cause.get(cat)]
-    candidates = [by_cause[cat][i] for i in range(max(map(len, by_cause.values()))) for cat in ranked if i < len(by_cause[cat])]
-    candidates = [c for c in candidates if json.dumps(c["ops"], sort_keys=True) not in tried]
+    knowledge: list[dict[str, Any]] = []
+    checklist: list[dict[str, Any]] = []
+    if not generic_only:
+        sections = _read_sections(reads)
+        recipes = [{"op": "add_recipe", "name": _name(sid), "text": text} for sid, text in sections]
+        if len(recipes) > 1:
+            knowledge.append(_edit(recipes, "the handbook documents rules the failed rollouts break", "knowledge"))
+        knowledge += [_edit([r], f"the handbook section {r['name']} bears on the failures", "knowledge") for r in recipes]
+        items = _checklist_items(failures)
+        if items and "finish_checklist" not in harness:
+            checklist.append(_edit([{"op": "add_hook", "kind": "finish_checklist", "params": {"items": items}}],
+                                   "the grader reports requirements the agent did not meet before finishing", "requirements"))
+    symptoms: list[tuple[int, dict[str, Any]]] = []
+    errors = sum(1 for f in failures if f.get("tool_error_count"))
+    if errors and "validate_args" not in harness:
+        symptoms.append((errors, _edit([{"op": "add_hook", "kind": "validate_args", "params": {}}],
+                                       "tool calls came back with errors", "tool errors")))
+    large = sum(1 for f in failures if f.get("observation_tokens", 0) > LARGE_OBSERVATIONS)
+    if large and "pin-notes" not in harness:
+        symptoms.append((large, _edit([{"op": "set_context_policy", "strategy": "pin-notes", "token_budget": 6000, "keep_last": 4}],
+                                      "large observations crowd the agent's context", "context")))
+    batched = sum(1 for f in failures if f.get("calls_per_turn_max", 0) > 1)
+    if batched and "one tool call per turn" not in harness:
+        symptoms.append((batched, _edit([{"op": "set_section", "name": "pacing", "text": "Make one tool call per turn and check each result before the next step."}],
+                                        "the agent batched several calls into one turn and stopped short", "pacing")))
+    generic = [e for _, e in sorted(symptoms, key=lambda s: -s[0])]
+    ordered = knowledge[:1] + checklist + generic + knowledge[1:]
+    candidates = [c for c in ordered if json.dumps(c["ops"], sort_keys=True) not in tried]
 
-    out: list[dict[str, Any] | str] = []
+    out: list[dict[str, Any]] = []
     for cand in candidates[:k]:
         roll = rng.random()
         if roll < BROKEN_SHARE:
@@ -89,12 +185,31 @@ def propose(messages: list[dict[str, Any]], seed: int) -> str:
     return json.dumps({"edits": out})
 
 
+def _checklist_items(failures: Any) -> list[str]:
+    counts: Counter[str] = Counter()
+    for f in failures:
+        for r in f.get("failed_requirements", ()):
+            general = _general(r.get("reason", ""))
+            if general:
+                counts[general[0].upper() + general[1:]] += 1
+    return [item for item, _ in counts.most_common(CHECKLIST_ITEMS)]
+
+
+def _name(section_id: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", section_id.lower()).strip("_")[:60] or "note"
+
+
+def _call(name: str, args: dict[str, Any], i: int) -> dict[str, Any]:
+    return {"id": f"call_meta_{name}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
 def _edit(ops: list[dict[str, Any]], rationale: str, targets: str) -> dict[str, Any]:
     return {"rationale": rationale, "targets": targets, "ops": ops}
 
 
 def _asked_k(messages: list[dict[str, Any]]) -> int:
-    tail = (messages[-1].get("content") or "").rsplit("Propose up to ", 1)
+    user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+    tail = user.rsplit("Propose up to ", 1)
     try:
         return max(1, int(tail[1].split()[0]))
     except (IndexError, ValueError):

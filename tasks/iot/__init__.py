@@ -31,18 +31,20 @@ class IotFamily(TaskFamily):
             "shorter excursions are noise and are not reported.",
             Concept((
                 ("3", "three"),
-                ("consecutiv", "in a row", "successiv", "back-to-back", "back to back", "uninterrupted", "straight"),
-                ("reading", "measurement", "sample", "value", "hour"),
+                ("consecutiv", "in a row", "successiv", "back-to-back", "back to back", "uninterrupted",
+                 "straight", "sustained", "run of", "stretch", "streak", "continuous"),
+                ("reading", "measurement", "sample", "value", "hour", "point"),
             )),
         ),
         DomainFact(
             "inclusive_ranges",
             "Normal ranges are inclusive: a reading exactly at the min or max limit is normal.",
             Concept((
-                ("inclusive", "exactly at", "exactly on", "exactly equal", "on the limit", "at the limit",
-                 "on the boundary", "at the boundary", "sitting on", "sits on", "equal to the min", "equal to the max"),
-                ("normal", "in range", "in-range", "within range", "acceptable", "not an anomal", "not anomal",
-                 "belong to the", "inside the"),
+                ("inclusive", "exactly", "boundary", "boundaries", "equal to", "equals the", "sitting on",
+                 "sits on", "on the limit", "at the limit", "on a limit", "at a limit", "on the edge"),
+                ("normal", "in range", "in-range", "within range", "within the range", "acceptable", "not an anomal",
+                 "not anomal", "belong to", "inside the", "not out of range", "not out-of-range", "strictly", "fine",
+                 "not abnormal", "counts as in", "ok"),
             )),
             common=True,
         ),
@@ -51,10 +53,12 @@ class IotFamily(TaskFamily):
             "Machine-specific overrides in the parameters sheet replace the default range for that "
             "machine and sensor.",
             Concept((
-                ("override",),
+                ("override", "own range", "own limit", "own band", "specific range", "specific limit",
+                 "machine-specific", "per-machine", "machine specific", "per machine", "dedicated range"),
                 ("machine",),
                 ("replace", "instead of", "in place of", "rather than", "take precedence", "takes precedence",
-                 "supersede", "win over", "wins over", "overrule", "is used for", "are used for", "applies to"),
+                 "supersede", "win", "overrule", "over the default", "is used for", "are used for", "applies to",
+                 "apply to", "unless", "trump", "prevail"),
             )),
             rare=True,
         ),
@@ -62,9 +66,9 @@ class IotFamily(TaskFamily):
             "null_is_offline",
             "NULL readings mean the sensor was offline; they are never anomalies.",
             Concept((
-                ("null", "missing reading", "missing value", "empty reading", "blank", "no value"),
-                ("offline", "outage", "disconnect", "not reporting", "lost its connection", "no data"),
-                ("never", "not an anomal", "not anomal", "no anomal", "ignore", "skip", "not count", "not report"),
+                ("null", "missing reading", "missing value", "empty reading", "blank", "no value", "gap"),
+                ("never", "not an anomal", "not anomal", "no anomal", "not count", "ignore", "skip", "exclude",
+                 "disregard", "not out-of-range", "not out of range", "not report", "not flag", "offline"),
             )),
         ),
     )
@@ -72,10 +76,14 @@ class IotFamily(TaskFamily):
         Constraint(
             "include_peak",
             "When the task asks for peak values, every anomaly entry carries a `peak` field.",
-            Concept((
-                ("peak",),
-                ("every", "each", "all ", "always", "must", "include", "carr", "need"),
-            )),
+            Concept(
+                (
+                    ("peak",),
+                    ("entry", "entries", "anomaly", "anomalies", "object", "record", "row", "report", "item"),
+                    ("every", "each", "all ", "always", "must", "include", "carr", "need", "add", "require", "with"),
+                ),
+                unless=("never", "do not", "don't", "without", "omit"),
+            ),
         ),
     )
 

@@ -3,9 +3,9 @@
 - a tool added or altered: the tool was called;
 - a hook: it fired;
 - a context policy: it elided or summarised something;
-- a prompt section or recipe: the model acted on it — synthetic models report the harness phrases
-  they acted on (`TurnRecord.relied_on`); for other models, a phrase of the text (its name, or a
-  distinctive 4-word run) appears in what the assistant wrote.
+- a prompt section or recipe: the model acted on it — synthetic models report the harness sentences
+  they acted on (in the trajectory's ground truth, which this analysis may read); for other models,
+  a phrase of the text (its name, or a distinctive 4-word run) appears in what the assistant wrote.
 Removals and turn limits are structural (they apply to every rollout) and are not rated.
 """
 
@@ -38,11 +38,12 @@ def _assistant_text(t: Trajectory) -> str:
 
 
 def _text_used(text: str, name: str, t: Trajectory) -> bool:
-    relied = [r.lower() for turn in t.turns for r in turn.relied_on]
-    low = text.lower()
+    reports = [turn for turn in t.ground_truth.get("turns") or () if turn is not None]
+    relied = [r.lower() for turn in reports for r in turn.get("relied_on") or ()]
+    low = " ".join(text.lower().split())
     if any(r in low for r in relied):
         return True
-    if any(turn.relied_on for turn in t.turns):
+    if reports:
         return False  # the model reports what it acted on, and this was not it
     said = _assistant_text(t)
     words = re.findall(r"[a-z0-9]+", low)
