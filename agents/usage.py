@@ -26,6 +26,7 @@ from harness_store.values import (
     SetSection,
     Trajectory,
 )
+from tasks.base import sentence_windows
 
 
 def _assistant_text(t: Trajectory) -> str:
@@ -40,8 +41,8 @@ def _assistant_text(t: Trajectory) -> str:
 def _text_used(text: str, name: str, t: Trajectory) -> bool:
     reports = [turn for turn in t.ground_truth.get("turns") or () if turn is not None]
     relied = [r.lower() for turn in reports for r in turn.get("relied_on") or ()]
-    low = " ".join(text.lower().split())
-    if any(r in low for r in relied):
+    sentences = [s for s in sentence_windows(text) if len(s) >= 15]
+    if any(s in r or r in s for r in relied for s in sentences):
         return True
     if reports:
         return False  # the model reports what it acted on, and this was not it

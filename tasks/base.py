@@ -33,7 +33,7 @@ _WINDOW = 2  # a concept must be carried within this many adjacent sentences
 
 
 @lru_cache(maxsize=8192)
-def _windows(text: str) -> tuple[str, ...]:
+def sentence_windows(text: str) -> tuple[str, ...]:
     """Lower-cased single sentences, then runs of up to `_WINDOW` adjacent ones (lines and sentence
     ends split; whitespace normalised), so the smallest window that carries a concept is found first."""
     sentences = [" ".join(s.split()) for s in re.split(r"(?<=[.!?])\s+|\n+", text.lower()) if s.strip()]
@@ -70,7 +70,7 @@ class Concept:
         patterns = [_term_pattern(g) for g in self.groups]
         negation = _term_pattern(self.unless) if self.unless else None
         return next(
-            (w for w in _windows(text) if all(p.search(w) for p in patterns) and not (negation and negation.search(w))),
+            (w for w in sentence_windows(text) if all(p.search(w) for p in patterns) and not (negation and negation.search(w))),
             None,
         )
 

@@ -1,27 +1,41 @@
-"""Refactor family: checker mutations per trap, hand-made wrong states, patch tool, sandbox through the
-env, and the harness lever (a recipe stating a missing fact) on the weak model."""
+"""Refactor family: golden instances (hand-written expected repositories) with mutations, checker reports
+per trap and per hand-made wrong state, concepts and handbook, the patch and file tools, the sandbox
+through the env. The levers every family shares (stated facts help, hooks help) are in test_families.py;
+the sandbox itself is tested in test_sandbox*.py."""
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from harness_store.edits import apply_edit
-from harness_store.values import AddRecipe, HarnessEdit, Recipe
-from tasks import get_family, sandbox
+from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
+from tasks import get_family
 from tasks.base import Knowledge, ToolArgError
 from tasks.refactor import CHANGELOG, apply_patch, make_patch, original_files, refactored_files
-from tests.rollouts import pass_rate, rollout_all
+from tasks.refactor.plan import FULL as PLAN_FULL
 
 FAM = get_family("refactor")
 FULL = FAM.full_knowledge()
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "refactor" / "golden.json").read_text())["instances"]
 TRAP_FACT = {
     "all_list": "string_references",
     "namesake": "method_namesake",
     "near_dup": "near_duplicate",
     "outputs": "block_outputs",
     "naive_mix": "aware_datetime",
+}
+# the requirement that reports each trap left unhandled
+TRAP_REQUIREMENT = {
+    "all_list": "old_name_gone",
+    "namesake": "tests_pass",
+    "near_dup": "tests_pass",
+    "outputs": "tests_pass",
+    "naive_mix": "tests_pass",
 }
 
 
@@ -41,69 +55,237 @@ def solved_env(inst, knowledge: Knowledge):
     return env
 
 
+def failed(outcome) -> dict[str, str]:
+    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
+
+
+def env_with_files(inst, files: dict[str, str], deleted: tuple[str, ...] = ()):
+    """A fresh env whose repository is the original one with `files` written over it through the tools."""
+    env = FAM.make_env(inst)
+    for path, content in files.items():
+        assert not env.call("write_file", {"path": path, "content": content}).error
+    for path in deleted:
+        del env.files[path]
+    return env
+
+
+class _Canon(ast.NodeTransformer):
+    """Drops docstrings and names local variables by their order of first assignment."""
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        params = {a.arg for a in node.args.args + node.args.kwonlyargs}
+        stored = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        self.local = {name: f"_v{i}" for i, name in enumerate(dict.fromkeys(n for n in stored if n not in params))}
+        self.generic_visit(node)
+        self.local = {}
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = getattr(self, "local", {}).get(node.id, node.id)
+        return node
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+        return super().generic_visit(node)
+
+
+def canon(path: str, text: str) -> str:
+    """Python files by their syntax tree up to docstrings and local variable names; other files as text."""
+    return ast.dump(_Canon().visit(ast.parse(text))) if path.endswith(".py") else text
+
+
+# ------------------------------------------------------------------ golden instances
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g["id"])
+def test_reference_solver_leaves_the_hand_written_repository(golden):
+    inst = FAM.instance(golden["id"])
+    outcome, env = FAM.reference_solve(inst)
+    assert outcome.passed, failed(outcome)
+    want = {**FAM.make_env(inst).files, **golden["files"]}
+    assert sorted(env.files) == sorted(want)
+    for path, text in want.items():
+        assert canon(path, env.files[path]) == canon(path, text), path
+
+
+def _mutations(inst, golden) -> dict[str, tuple[dict[str, str], tuple[str, ...]]]:
+    """(files written, files deleted) per mutation of the golden repository: an item dropped, added or
+    altered, and each instruction constraint violated."""
+    w = FAM.world(inst.seed, inst.params)
+    start = FAM.make_env(inst).files
+    files = dict(golden["files"])
+    pkg = [p for p in files if p.startswith(f"{w.pkg}/") and p in start and not p.endswith("__init__.py")]
+    new = [p for p in files if p not in start]
+    one = pkg[-1]
+    m: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+        "a changed module left as it was": ({**files, one: start[one]}, ()),
+        "a module reaching outside added": ({**files, f"{w.pkg}/extras.py": "import os\n\nHOME = os.getcwd()\n"}, ()),
+        "a visible test file deleted": (files, (w.visible_tests[0],)),
+    }
+    s = w.spec
+    if w.kind == "rename":
+        m["the new name misspelt in one caller"] = ({**files, one: files[one].replace(s["new"], s["new"] + "_")}, ())
+        if "namesake" in w.traps:
+            path = next(p for p in start if p.startswith(f"{w.pkg}/") and f"def {s['old']}(self" in start[p])
+            m["the same-named method renamed too"] = ({**files, path: start[path].replace(s["old"], s["new"])}, ())
+        if "all_list" in w.traps:
+            init = f"{w.pkg}/__init__.py"
+            m["the __all__ entry left"] = ({**files, init: files[init].replace(f'"{s["new"]}"', f'"{s["old"]}"')}, ())
+    elif w.kind == "extract":
+        (helper_module,) = new
+        bumped = re.sub(r"(> |\[:)(\d+)", lambda x: x.group(1) + str(int(x.group(2)) + 1), files[helper_module], count=1)
+        assert bumped != files[helper_module]
+        m["the helper's limit altered"] = ({**files, helper_module: bumped}, ())
+        m["the helper module dropped"] = ({p: c for p, c in files.items() if p != helper_module}, ())
+        if "outputs" in w.traps:
+            m["a caller ignoring the helper's result"] = (
+                {**files, one: re.sub(r"(\n\s+)\w+ = (" + s["helper"] + r"\()", r"\1\2", files[one], count=1)},
+                (),
+            )
+        if "near_dup" in w.traps:
+            near = next(x for x in s["sites"] if x["near"])
+            block = s["blocks"][f"blk{[x['name'] for x in s['sites']].index(near['name'])}"]
+            text = files.get(near["module"], start[near["module"]])
+            call = f"    {near['out']} = {s['helper']}({near['v']})" if s["slug"] else f"    {s['helper']}({near['v']})"
+            m["the near-duplicate replaced too"] = ({**files, near["module"]: text.replace(block, call)}, ())
+    else:
+        aware = "datetime.now(timezone.utc)"
+        path = next(p for p in pkg if aware in files[p])
+        m["local time instead of UTC at one call site"] = ({**files, path: files[path].replace(aware, "datetime.now()", 1)}, ())
+        if "naive_mix" in w.traps:
+            path = next(p for p in pkg if ".replace(tzinfo=None)" in files[p])
+            m["an aware value where a naive one is compared or printed"] = (
+                {**files, path: files[path].replace(".replace(tzinfo=None)", "")},
+                (),
+            )
+    if CHANGELOG in files:
+        entry = w.entry
+        m["the changelog line appended at the end"] = ({**files, CHANGELOG: start[CHANGELOG] + entry + "\n"}, ())
+        m["the changelog line left out"] = ({p: c for p, c in files.items() if p != CHANGELOG}, ())
+        m["an old changelog line removed"] = ({**files, CHANGELOG: files[CHANGELOG].replace("- Initial release.\n", "")}, ())
+    return m
+
+
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g["id"])
+def test_checker_accepts_the_golden_repository_and_rejects_each_mutation(golden):
+    inst = FAM.instance(golden["id"])
+    outcome = FAM.check(env_with_files(inst, golden["files"]))
+    assert outcome.passed and outcome.score == 1.0, failed(outcome)
+    mutations = _mutations(inst, golden)
+    assert len(mutations) >= 4
+    for what, (files, deleted) in mutations.items():
+        outcome = FAM.check(env_with_files(inst, files, deleted))
+        assert not outcome.passed, what
+        reasons = failed(outcome)
+        assert reasons and all(reasons.values()), (what, reasons)
+
+
+def test_golden_instances_cover_every_trap_and_kind():
+    worlds = [FAM.world(i.seed, i.params) for i in (FAM.instance(g["id"]) for g in GOLDEN)]
+    assert {w.kind for w in worlds} == {"rename", "extract", "deprecated"}
+    assert {t for w in worlds for t in w.traps} == set(TRAP_FACT) | {"changelog"}
+    assert len(GOLDEN) >= 5 and all(g["id"].startswith("refactor/test/") and g["why"] for g in GOLDEN)
+
+
+# ------------------------------------------------------------------ checker reports
 @pytest.mark.parametrize("trap", sorted(TRAP_FACT))
-def test_each_trap_left_unhandled_fails_the_checker(trap):
+def test_each_trap_left_unhandled_fails_with_a_graders_reason(trap):
     inst = instance_with(trap)
     assert FAM.check(solved_env(inst, FULL)).passed
     without = Knowledge(FULL.facts - {TRAP_FACT[trap]}, FULL.constraints)
     outcome = FAM.check(solved_env(inst, without))
-    assert not outcome.passed and outcome.score < 1.0, outcome.detail
+    assert not outcome.passed and 0 < outcome.score < 1.0
+    reasons = failed(outcome)
+    assert TRAP_REQUIREMENT[trap] in reasons and all(reasons.values()), reasons
+    text = json.dumps(outcome.detail)
+    assert trap not in text and "traps" not in text  # no generator labels in the report
 
 
 def test_facts_without_their_trap_do_not_matter():
     """The wrong branch only bites where the trap is present (so the fact is what makes the difference)."""
-    for kind, fact, trap in (("deprecated", "aware_datetime", "naive_mix"), ("rename", "string_references", "all_list")):
-        for inst in FAM.generate("train"):
-            w = FAM.world(inst.seed, inst.params)
-            if w.kind == kind and trap not in w.traps and "changelog" not in w.traps and len(w.traps) == 0:
-                assert FAM.check(solved_env(inst, Knowledge(FULL.facts - {fact}, FULL.constraints))).passed
-                break
+    for kind, fact in (("deprecated", "aware_datetime"), ("rename", "string_references"), ("extract", "near_duplicate")):
+        inst = next(
+            i for i in FAM.generate("train")
+            if FAM.world(i.seed, i.params).kind == kind and not FAM.world(i.seed, i.params).traps
+        )
+        assert FAM.check(solved_env(inst, Knowledge(FULL.facts - {fact}, FULL.constraints))).passed, (kind, fact)
 
 
 def test_changelog_in_the_wrong_place_or_rewritten_fails():
     inst = instance_with("changelog")
-    assert not FAM.check(solved_env(inst, Knowledge(FULL.facts, frozenset()))).passed
+    outcome = FAM.check(solved_env(inst, Knowledge(FULL.facts, frozenset())))
+    assert not outcome.passed
+    assert "not under the `## Unreleased` heading" in failed(outcome)["changelog_entry"]
+    assert "not run" in failed(outcome)["tests_pass"]
     env = solved_env(inst, FULL)
     assert FAM.check(env).passed
     w = env.world
     env.call("write_file", {"path": CHANGELOG, "content": f"# Changelog\n\n## Unreleased\n\n{w.entry}\n"})
     outcome = FAM.check(env)
-    assert not outcome.passed and not outcome.detail["checks"]["changelog entry"]
+    assert not outcome.passed and "removed, changed or reordered" in failed(outcome)["changelog_entry"]
+    del env.files[CHANGELOG]
+    assert "deleted" in failed(FAM.check(env))["changelog_entry"]
+
+
+def test_no_changelog_requirement_unless_the_task_asks():
+    inst = next(i for i in FAM.generate("val") if FAM.world(i.seed, i.params).entry is None)
+    outcome, _ = FAM.reference_solve(inst)
+    assert "changelog_entry" not in {r["id"] for r in outcome.detail["requirements"]}
 
 
 def test_search_results_not_seen_changes_only_one_file_and_fails():
     for kind in ("rename", "extract", "deprecated"):
         inst = instance_with(kind=kind)
-        assert not FAM.check(solved_env(inst, replace(FULL, cut=frozenset({1})))).passed
+        outcome = FAM.check(solved_env(inst, replace(FULL, cut=frozenset({1}))))
+        assert not outcome.passed and failed(outcome), kind
 
 
-def test_hand_made_wrong_states_fail():
+def test_hand_made_wrong_states_fail_with_reasons_naming_the_agents_own_lines():
     # rename: a test file still uses the old name
     inst = instance_with(kind="rename")
     env = solved_env(inst, FULL)
     w = env.world
     test_path = next(p for p in w.visible_tests if w.spec["new"] in env.files[p])
     env.files[test_path] = env.files[test_path].replace(w.spec["new"], w.spec["old"])
-    outcome = FAM.check(env)
-    assert not outcome.passed and not outcome.detail["checks"]["old name gone"]
+    reasons = failed(FAM.check(env))
+    assert f"the old name `{w.spec['old']}` is still used" in reasons["old_name_gone"] and test_path in reasons["old_name_gone"]
     # extract: helper created, one copy of the block left in place
     inst = instance_with(kind="extract")
     w = FAM.world(inst.seed, inst.params)
     env = solved_env(inst, FULL)
     first = next(s for s in w.spec["sites"] if not s["near"])
     env.files[first["module"]] = original_files(w)[first["module"]]
-    outcome = FAM.check(env)
-    assert not outcome.passed
-    assert not outcome.detail["checks"]["helper used at every copy"]
-    assert not outcome.detail["checks"]["no duplicate block left"]
+    reasons = failed(FAM.check(env))
+    copies = sum(not s["near"] for s in w.spec["sites"])
+    left_alone = sum(not s["near"] and s["module"] == first["module"] for s in w.spec["sites"])
+    assert reasons["helper_called_at_every_copy"].startswith(f"{left_alone} of the {copies} functions")
+    assert first["name"] in reasons["no_duplicate_block_left"]  # the agent's own function, still holding the block
     # deprecated: one module still calls utcnow
     inst = instance_with(kind="deprecated")
     w = FAM.world(inst.seed, inst.params)
     env = solved_env(inst, FULL)
     mod = w.spec["sites"][0]["module"]
     env.files[mod] = original_files(w)[mod]
-    outcome = FAM.check(env)
-    assert not outcome.passed and not outcome.detail["checks"]["deprecated call gone"]
+    reasons = failed(FAM.check(env))
+    assert mod in reasons["deprecated_call_gone"] and "aware_now_at_every_call_site" in reasons
+
+
+def test_reasons_count_what_is_missing_without_naming_it():
+    """A half-done extraction: the report counts the copies that do not call the helper but does not say
+    which functions they are."""
+    inst = instance_with(kind="extract")
+    w = FAM.world(inst.seed, inst.params)
+    env = solved_env(inst, replace(FULL, cut=frozenset({1})))
+    reasons = failed(FAM.check(env))
+    untouched = [s["name"] for s in w.spec["sites"] if not s["near"] and s["module"] != w.primary]
+    assert untouched and re.match(r"\d+ of the \d+ functions", reasons["helper_called_at_every_copy"])
+    assert not any(name in reasons["helper_called_at_every_copy"] for name in untouched)
 
 
 def test_deleting_or_gutting_tests_does_not_help():
@@ -112,11 +294,13 @@ def test_deleting_or_gutting_tests_does_not_help():
     w = env.world
     for p in w.visible_tests:
         env.files[p] = "def test_nothing():\n    pass\n"
-    assert not FAM.check(env).passed
+    reasons = failed(FAM.check(env))
+    assert "lost test_" in reasons["visible_tests_kept"]
     env = solved_env(inst, FULL)
     for p in w.visible_tests:
         del env.files[p]
-    assert not FAM.check(env).passed
+    reasons = failed(FAM.check(env))
+    assert f"{w.visible_tests[0]} was deleted" in reasons["visible_tests_kept"]
 
 
 def test_checker_runs_hidden_tests_against_the_package():
@@ -127,9 +311,9 @@ def test_checker_runs_hidden_tests_against_the_package():
     mod = w.spec["module"]
     env.files[mod] = env.files[mod].replace("return ", "return None and ", 1)
     outcome = FAM.check(env)
-    assert not outcome.passed
-    assert outcome.detail["checks"]["old name gone"] and not outcome.detail["checks"]["visible and hidden tests pass"]
-    assert outcome.detail["failed_tests"]
+    reasons = failed(outcome)
+    assert set(reasons) == {"tests_pass"}
+    assert re.match(r"\d+ of the \d+ visible and hidden tests fail: tests/", reasons["tests_pass"])
 
 
 def test_checker_refuses_package_code_that_reaches_outside():
@@ -137,8 +321,18 @@ def test_checker_refuses_package_code_that_reaches_outside():
     env = solved_env(inst, FULL)
     mod = env.world.spec["module"]
     env.files[mod] = "import socket\n" + env.files[mod]
-    outcome = FAM.check(env)
-    assert not outcome.passed and any("imports socket" in u for u in outcome.detail["unsafe"])
+    reasons = failed(FAM.check(env))
+    assert f"{mod}: imports socket" in reasons["package_imports_allowed"]
+    assert "not run" in reasons["tests_pass"]
+
+
+def test_code_that_does_not_parse_is_reported_by_file_and_line():
+    inst = instance_with(kind="deprecated")
+    env = solved_env(inst, FULL)
+    mod = env.world.spec["sites"][0]["module"]
+    env.files[mod] += "\ndef broken(:\n"
+    reasons = failed(FAM.check(env))
+    assert re.search(re.escape(mod) + r":\d+: ", reasons["code_parses"])
 
 
 def test_empty_agent_scores_zero_and_reference_passes_each_kind():
@@ -146,10 +340,86 @@ def test_empty_agent_scores_zero_and_reference_passes_each_kind():
         inst = instance_with(kind=kind, split="val")
         outcome = FAM.check(FAM.make_env(inst))
         assert not outcome.passed and outcome.score == 0.0
+        assert failed(outcome) == {"repository_changed": "the repository is unchanged: no file was edited"}
         assert FAM.reference_solve(inst)[0].passed
 
 
-# ------------------------------------------------------------------------------------ patch tool
+def test_partial_credit_is_nine_tenths_of_the_share_of_checks_met():
+    inst = instance_with("changelog")
+    outcome = FAM.check(solved_env(inst, Knowledge(FULL.facts, frozenset())))
+    checks = [r for r in outcome.detail["requirements"] if r["id"] != "repository_changed"]
+    assert outcome.score == round(0.9 * sum(r["passed"] for r in checks) / len(checks), 4)
+
+
+# ------------------------------------------------------------------ facts, constraints, handbook
+PARAPHRASES = {
+    "string_references": "When you rename a function, also update the strings that name it, such as the entries of __all__.",
+    "method_namesake": "If a class has a method with the same name, leave that method and its calls alone.",
+    "near_duplicate": "A block that looks the same but uses a different limit or separator is not a copy; leave it where it is.",
+    "block_outputs": "The extracted helper has to hand back the result, and every call site must store it in the variable the later code reads.",
+    "aware_datetime": "Aware datetimes cannot be mixed with naive ones; where the code expects naive UTC values, add .replace(tzinfo=None).",
+    "changelog": "Changelog entries belong in the Unreleased section, not at the end of the file.",
+}
+LONE_KEYWORDS = {
+    "string_references": "Rename the function everywhere.",
+    "method_namesake": "Rename the method with the same name everywhere; do not leave stale calls behind.",
+    "near_duplicate": "Extract the duplicated block into a helper.",
+    "block_outputs": "Validation helpers return None and callers just call them.",
+    "aware_datetime": "Use timezone-aware datetimes.",
+    "changelog": "Add a line to CHANGELOG.md.",
+}
+
+
+def test_concepts_recognise_statements_and_paraphrases_not_lone_keywords():
+    items = {x.id: x for x in (*FAM.facts, *FAM.constraints)}
+    assert set(items) == set(PARAPHRASES) == set(LONE_KEYWORDS)
+    for cid, item in items.items():
+        assert item.stated_in(item.statement), cid
+        assert item.stated_in(PARAPHRASES[cid]), cid
+        assert not item.stated_in(LONE_KEYWORDS[cid]), cid
+    assert [f.id for f in FAM.facts if f.rare] == ["near_duplicate"]
+    assert FULL == PLAN_FULL
+
+
+def test_generic_texts_state_no_fact_or_constraint():
+    texts = [DEFAULT_REMINDER, DEFAULT_PROGRESS, "\n".join(DEFAULT_CHECKLIST), FAM.baseline_harness().render_system()]
+    for item in (*FAM.facts, *FAM.constraints):
+        assert not any(item.stated_in(t) for t in texts), item.id
+
+
+def test_handbook_states_each_fact_among_more_irrelevant_sections():
+    sections = FAM.handbook.sections
+    items = (*FAM.facts, *FAM.constraints)
+    stating = {s.id: [x.id for x in items if x.stated_in(s.text)] for s in sections}
+    for item in items:
+        assert any(item.id in ids for ids in stating.values()), item.id
+    relevant = [s for s, ids in stating.items() if ids]
+    assert len(sections) - len(relevant) >= 2 * len(relevant)
+    for s in sections:  # fresh prose, not the catalogue wording
+        assert not any(x.statement in s.text for x in items), s.id
+    assert FAM.handbook.search("rename __all__ string")[0]["id"] == "renames-and-the-public-name-list"
+
+
+# ------------------------------------------------------------------ plan
+def test_plan_tools_do_not_depend_on_knowledge():
+    for inst in FAM.generate("val", 12):
+        tools = [s.tool for s in FAM.plan(inst, FULL)]
+        for k in (Knowledge(frozenset(), frozenset()), replace(FULL, cut=frozenset({1, 2}))):
+            assert [s.tool for s in FAM.plan(inst, k)] == tools
+        w = FAM.world(inst.seed, inst.params)
+        assert tools[:2] == ["list_files", "search"] and tools[-2:] == ["run_tests", "finish"]
+        assert ("write_file" in tools) == (w.entry is not None)
+
+
+def test_refactored_files_keep_everything_else():
+    inst = instance_with(kind="extract")
+    w = FAM.world(inst.seed, inst.params)
+    before, after = original_files(w), refactored_files(w, FULL)
+    assert set(before) <= set(after) and w.spec["hmod"] in after
+    assert before["README.md"] == after["README.md"]
+
+
+# ------------------------------------------------------------------ patch and file tools
 def test_apply_patch_multi_file_create_and_atomic():
     files = {"a.py": "x = 1\ny = 2\nz = 3\n", "b.py": "print('b')\n"}
     after = {"a.py": "x = 1\ny = 20\nz = 3\n", "b.py": "print('b')\n", "c.py": "new = True\n"}
@@ -185,7 +455,7 @@ def test_file_tools_report_bad_input_as_errors():
     assert "utcnow" in hits and "matching lines" in hits
 
 
-# ------------------------------------------------------------------------- sandbox through the env
+# ------------------------------------------------------------------ sandbox through the env
 EVIL = {
     "loop": "def test_loop():\n    while True:\n        pass\n",
     "memory": "def test_memory():\n    hog = []\n    while True:\n        hog.append(bytearray(2**24))\n",
@@ -208,58 +478,3 @@ def test_sandbox_stops_or_refuses_model_code_and_env_reports_an_error(what):
     # the env still works afterwards, and a normal run is not an error
     ok = env.call("run_tests", {"path": min(p for p in env.files if p.startswith("tests/test_") and p != "tests/test_evil.py")})
     assert not ok.error and "passed" in ok.content
-
-
-def test_sandbox_memory_limit_and_wall_clock_directly():
-    files = {"t/test_m.py": EVIL["memory"], "loop.py": "while True:\n    pass\n"}
-    r = sandbox.run_tests(files, ["t/test_m.py"], sandbox.Limits(memory_mb=128, per_test_s=20, wall_s=30))
-    assert r.stopped and "memory" in r.stopped and r.tests[0].outcome == "error"
-    r = sandbox.run_python(files, "loop.py", sandbox.Limits(per_test_s=60, wall_s=1.5))
-    assert r.timed_out and "wall-clock" in (r.stopped or "")
-    assert {"rlimits", "audit-hook", "temp-dir", "wall-clock"} <= set(r.isolation)
-
-
-def test_sandbox_runs_leave_nothing_behind_and_share_nothing():
-    files = {"t/test_a.py": "import os\n\n\ndef test_a():\n    open('mark.txt', 'w').write('1')\n    assert os.path.exists('mark.txt')\n",
-             "t/test_b.py": "import os\n\n\ndef test_b():\n    assert not os.path.exists('mark.txt')\n"}
-    assert sandbox.run_tests(files, ["t/test_a.py"]).all_passed
-    assert sandbox.run_tests(files, ["t/test_b.py"]).all_passed
-
-
-def test_fork_server_is_restarted_when_it_dies():
-    files = {"t/test_ok.py": "def test_ok():\n    assert True\n"}
-    assert sandbox.run_tests(files, ["t/test_ok.py"]).all_passed
-    proc = sandbox._Zygote._proc
-    if proc is not None:
-        proc.kill()
-        proc.wait()
-    assert sandbox.run_tests(files, ["t/test_ok.py"]).all_passed
-
-
-def test_printing_fake_results_does_not_forge_a_pass():
-    files = {"t/test_f.py": f"def test_f():\n    print({sandbox.MARK!r} + repr(('t/test_f.py::test_f', 'passed', '')))\n    assert False\n"}
-    r = sandbox.run_tests(files, ["t/test_f.py"])
-    assert [t.outcome for t in r.tests] == ["failed"]
-
-
-# ------------------------------------------------------------------------------- harness lever
-def test_missing_domain_recipe_raises_weak_pass_rate():
-    val = FAM.generate("val")
-    base = FAM.baseline_harness()
-    before = rollout_all(val, base, "synthetic/weak")
-    missing = [f for t in before for c in t.causes if c.get("category") == "implicit-knowledge" for f in c["facts"]]
-    top = max(sorted(set(missing)), key=missing.count)
-    fact = next(f for f in FAM.facts if f.id == top)
-    edited = apply_edit(base, HarnessEdit((AddRecipe(Recipe(fact.id, fact.statement)),), rationale="state missing fact"))
-    after = rollout_all(val, edited, "synthetic/weak")
-    still = [f for t in after for c in t.causes if c.get("category") == "implicit-knowledge" for f in c["facts"]]
-    assert top not in still
-    assert pass_rate(after) > pass_rate(before), (pass_rate(before), pass_rate(after))
-
-
-def test_refactored_files_keep_everything_else():
-    inst = instance_with(kind="extract")
-    w = FAM.world(inst.seed, inst.params)
-    before, after = original_files(w), refactored_files(w, FULL)
-    assert set(before) <= set(after) and w.spec["hmod"] in after
-    assert before["README.md"] == after["README.md"]

@@ -1,0 +1,272 @@
+"""The stock services: the web shop's product list, the operations spreadsheet (Stock Alert and
+Suppliers sheets), the shared drive (template, purchasing contact) and the shop mailbox."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from harness_store.values import TaskInstance, ToolSpec
+from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
+from tasks.stock.world import SHEET, SUPPLIER_SHEET, StockWorld, supplier_sheet
+
+MAX_CELL = 500
+MAX_BODY = 5000
+MAX_BATCH = 500
+EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[A-Za-z]{2,}$")
+
+
+def norm_cell(v: Any) -> str:
+    """A cell as the sheet stores it: numbers without a trailing .0, booleans lower-cased, stripped."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    s = str(v).strip()
+    if re.fullmatch(r"-?\d+\.0+", s):
+        return s.split(".")[0]
+    return s
+
+
+class StockEnv(TaskEnv):
+    def __init__(self, instance: TaskInstance, world: StockWorld):
+        super().__init__(instance)
+        self.world = world
+        self.sheets: dict[str, list[list[str]]] = {
+            SHEET: [list(world.header), *[list(r) for r in world.existing]],
+            SUPPLIER_SHEET: supplier_sheet(world),
+        }
+        self.files: dict[str, str] = {
+            world.manager_path: (
+                "# Purchasing contact for stock alerts\n"
+                f"Purchasing manager: {world.manager_name} <{world.manager_email}>\n"
+            ),
+            world.template_path: world.template,
+            "README.txt": f"Shared drive of {world.shop}. Templates and contact files live here.\n",
+        }
+        self.sent: list[dict[str, Any]] = []
+
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        return (*TOOLS, FINISH_TOOL)
+
+    # files
+    def tool_list_files(self) -> str:
+        return "\n".join(sorted(self.files))
+
+    def tool_read_files(self, paths: list[str]) -> str:
+        if not isinstance(paths, list) or not paths or len(paths) > 20:
+            raise ToolArgError("paths must be a list of 1 to 20 file paths")
+        out = []
+        for p in paths:
+            if not isinstance(p, str) or p not in self.files:
+                raise ToolArgError(f"no such file: {str(p)[:200]!r} (files: {', '.join(sorted(self.files))})")
+            out.append(f"=== {p} ===\n{self.files[p]}")
+        return "\n".join(out)
+
+    # spreadsheet
+    def _sheet(self, sheet: Any) -> list[list[str]]:
+        if not isinstance(sheet, str) or sheet not in self.sheets:
+            raise ToolArgError(f"no such sheet: {str(sheet)[:200]!r} (sheets: {', '.join(self.sheets)})")
+        return self.sheets[sheet]
+
+    def tool_list_sheets(self) -> str:
+        return "\n".join(f"{name} ({len(rows) - 1} rows)" for name, rows in self.sheets.items())
+
+    def tool_read_sheet(self, sheet: str) -> str:
+        rows = self._sheet(sheet)
+        lines = [f"row | {' | '.join(rows[0])}"]
+        lines += [f"{i} | {' | '.join(r)}" for i, r in enumerate(rows[1:], start=2)]
+        return "\n".join(lines) + f"\n({len(rows) - 1} data rows; row 1 is the header)"
+
+    def tool_append_rows(self, sheet: str, rows: list[list[Any]]) -> str:
+        target = self._sheet(sheet)
+        width = len(target[0])
+        if not isinstance(rows, list) or len(rows) > MAX_BATCH:
+            raise ToolArgError(f"rows must be a list of at most {MAX_BATCH} rows")
+        clean = []
+        for i, r in enumerate(rows):
+            if not isinstance(r, list) or len(r) != width:
+                raise ToolArgError(f"row {i} must be a list of {width} cells (the sheet's columns)")
+            if not all(isinstance(c, (str, int, float)) and not isinstance(c, bool) for c in r):
+                raise ToolArgError(f"row {i}: cells must be strings or numbers")
+            if any(len(str(c)) > MAX_CELL for c in r):
+                raise ToolArgError(f"row {i}: a cell is longer than {MAX_CELL} characters")
+            clean.append([norm_cell(c) for c in r])
+        target.extend(clean)
+        return f"appended {len(clean)} rows to {sheet} (now {len(target) - 1} data rows)"
+
+    def tool_update_cell(self, sheet: str, row: int, column: str, value: Any) -> str:
+        target = self._sheet(sheet)
+        if not isinstance(row, int) or isinstance(row, bool) or not 2 <= row <= len(target):
+            raise ToolArgError(f"row must be a data row number 2..{len(target)}")
+        if not isinstance(column, str) or column not in target[0]:
+            raise ToolArgError(f"unknown column {str(column)[:100]!r} (columns: {', '.join(target[0])})")
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(value)) > MAX_CELL:
+            raise ToolArgError("value must be a string or a number")
+        target[row - 1][target[0].index(column)] = norm_cell(value)
+        return f"{sheet} row {row} {column} = {norm_cell(value)}"
+
+    # web shop
+    def tool_list_products(self) -> str:
+        cols = (
+            "sku",
+            "name",
+            "supplier",
+            "status",
+            "on_hand",
+            "reserved",
+            "threshold",
+            "par_level",
+            "case_pack",
+        )
+        lines = [" | ".join(cols)]
+        for p in self.world.products:
+            lines.append(
+                " | ".join(
+                    map(
+                        str,
+                        (
+                            p.sku,
+                            p.name,
+                            p.supplier,
+                            p.status,
+                            p.on_hand,
+                            p.reserved,
+                            p.threshold,
+                            p.par,
+                            p.case_pack,
+                        ),
+                    )
+                )
+            )
+        return "\n".join(lines) + f"\n({len(self.world.products)} products)"
+
+    # mailbox
+    def tool_send_emails(self, emails: list[dict[str, Any]]) -> str:
+        if not isinstance(emails, list) or len(emails) > MAX_BATCH:
+            raise ToolArgError(f"emails must be a list of at most {MAX_BATCH} messages")
+        clean = []
+        for i, e in enumerate(emails):
+            if not isinstance(e, dict):
+                raise ToolArgError(f"email {i} must be an object with to, subject, body")
+            unknown = set(e) - {"to", "subject", "body", "priority"}
+            if unknown:
+                raise ToolArgError(f"email {i}: unknown fields {sorted(unknown)}")
+            to, subject, body = e.get("to"), e.get("subject"), e.get("body")
+            if not isinstance(to, str) or not EMAIL.match(to.strip()):
+                raise ToolArgError(f"email {i}: 'to' must be one email address")
+            if not isinstance(subject, str) or not subject.strip() or len(subject) > MAX_CELL:
+                raise ToolArgError(f"email {i}: 'subject' must be a non-empty string")
+            if not isinstance(body, str) or not body.strip() or len(body) > MAX_BODY:
+                raise ToolArgError(
+                    f"email {i}: 'body' must be a non-empty string of at most {MAX_BODY} chars"
+                )
+            priority = e.get("priority", "normal")
+            if priority not in ("normal", "high"):
+                raise ToolArgError(f"email {i}: priority must be 'normal' or 'high'")
+            clean.append({"to": to.strip(), "subject": subject, "body": body, "priority": priority})
+        self.sent.extend(clean)
+        return f"sent {len(clean)} emails"
+
+    def tool_list_sent(self) -> str:
+        if not self.sent:
+            return "(no sent emails)"
+        return "\n".join(
+            f"{i + 1}. to {e['to']} [{e['priority']}] {e['subject']}" for i, e in enumerate(self.sent)
+        )
+
+
+_EMAIL_ITEM = {
+    "type": "object",
+    "properties": {
+        "to": {"type": "string"},
+        "subject": {"type": "string", "minLength": 1},
+        "body": {"type": "string", "minLength": 1},
+        "priority": {"type": "string", "enum": ["normal", "high"]},
+    },
+    "required": ["to", "subject", "body"],
+    "additionalProperties": False,
+}
+_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("list_files", "List the files on the shop's shared drive.", _NO_ARGS, "list_files"),
+    ToolSpec(
+        "read_files",
+        "Read one or more text files from the shared drive.",
+        {
+            "type": "object",
+            "properties": {
+                "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 20}
+            },
+            "required": ["paths"],
+            "additionalProperties": False,
+        },
+        "read_files",
+    ),
+    ToolSpec("list_sheets", "List the sheets of the operations spreadsheet.", _NO_ARGS, "list_sheets"),
+    ToolSpec(
+        "read_sheet",
+        "Read a sheet: the header row and every data row with its row number.",
+        {
+            "type": "object",
+            "properties": {"sheet": {"type": "string"}},
+            "required": ["sheet"],
+            "additionalProperties": False,
+        },
+        "read_sheet",
+    ),
+    ToolSpec(
+        "append_rows",
+        "Append rows at the end of a sheet. Each row is a list of cells in the sheet's column order.",
+        {
+            "type": "object",
+            "properties": {
+                "sheet": {"type": "string"},
+                "rows": {
+                    "type": "array",
+                    "items": {"type": "array", "items": {"type": ["string", "number"]}},
+                    "maxItems": MAX_BATCH,
+                },
+            },
+            "required": ["sheet", "rows"],
+            "additionalProperties": False,
+        },
+        "append_rows",
+    ),
+    ToolSpec(
+        "update_cell",
+        "Overwrite one cell of a sheet (row number as shown by read_sheet, column by header name).",
+        {
+            "type": "object",
+            "properties": {
+                "sheet": {"type": "string"},
+                "row": {"type": "integer", "minimum": 2},
+                "column": {"type": "string"},
+                "value": {"type": ["string", "number"]},
+            },
+            "required": ["sheet", "row", "column", "value"],
+            "additionalProperties": False,
+        },
+        "update_cell",
+    ),
+    ToolSpec(
+        "list_products",
+        "List every product of the web shop with its stock fields.",
+        _NO_ARGS,
+        "list_products",
+    ),
+    ToolSpec(
+        "send_emails",
+        "Send one or more emails from the shop mailbox. Each email has to, subject, body and an optional "
+        "priority ('normal' by default, or 'high').",
+        {
+            "type": "object",
+            "properties": {"emails": {"type": "array", "items": _EMAIL_ITEM, "maxItems": MAX_BATCH}},
+            "required": ["emails"],
+            "additionalProperties": False,
+        },
+        "send_emails",
+    ),
+    ToolSpec("list_sent", "List the emails sent from the shop mailbox so far.", _NO_ARGS, "list_sent"),
+)
