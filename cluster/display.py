@@ -43,6 +43,13 @@ def eval_table(results: Sequence[Any]) -> None:
             r.run_id,
         )
     console.print(t)
+    for r in results:
+        if r.repeats > 1:
+            ks = ", ".join(f"pass^{k} {r.rate.pass_hat_k(k):.1%}" for k in range(1, r.repeats + 1))
+            console.print(
+                f"{r.summary.family} {r.summary.model}: {ks}; "
+                f"{r.rate.boundary_share:.0%} of instances passed on some runs but not all"
+            )
     if any(r.summary.model.startswith("synthetic/") for r in results):
         testbed_notice()
 

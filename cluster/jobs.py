@@ -71,6 +71,7 @@ class EvalResult:
             "ci95": rate["ci95"],
             "boundary_share": rate["boundary_share"],
             "per_instance": rate["per_instance"],
+            "pass_hat_k": {str(k): round(self.rate.pass_hat_k(k), 4) for k in range(1, self.repeats + 1)},
         }
         if s.model.startswith("synthetic/"):
             out["notice"] = TESTBED_NOTICE
