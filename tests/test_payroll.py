@@ -1,23 +1,25 @@
-"""Payroll family: checker mutations per injected error and trap, read-only data, mail checks, and the
-harness lever (a recipe stating the missing facts) on the weak model."""
+"""Payroll family: golden instances (hand-derived audits) with mutations, checker reports per injected error
+and trap, the facts' concepts and the handbook, read-only data, mail checks. The levers every family shares
+(stated facts help, hooks help, synthetic pass rates) are in test_families.py."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from agents.report import failure_causes
-from harness_store.edits import apply_edit
-from harness_store.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
+from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from tasks import get_family
 from tasks.base import Knowledge
-from tasks.payroll import ERROR_TYPES, audit
-from tests.rollouts import pass_rate, rollout_all
+from tasks.payroll import ERROR_TYPES, TRAPS, audit
 
 FAM = get_family("payroll")
 FULL = FAM.full_knowledge()
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "payroll" / "golden.json").read_text())[
+    "instances"
+]
 TRAP_FACT = {
     "ca_daily": "ca_daily_overtime",
     "salaried_long_week": "salaried_exempt",
@@ -25,6 +27,7 @@ TRAP_FACT = {
     "late_termination": "final_pay_through_termination",
 }
 POOL = FAM.generate("train") + FAM.generate("val")
+LABELS = (*TRAPS, "traps", "injected", "trap")
 
 
 def instance_where(pred):
@@ -41,17 +44,131 @@ def solved_env(inst, knowledge: Knowledge = FULL):
     return env
 
 
+def env_with(inst, report, email: dict | None = None):
+    """A fresh env holding exactly this report and (when given) this one email."""
+    env = FAM.make_env(inst)
+    assert not env.call("write_audit_report", {"content": json.dumps(report)}).error
+    if email is not None:
+        assert not env.call("send_email", {"body": "The audit report is saved.", **email}).error
+    return env
+
+
+def failed(outcome) -> dict[str, str]:
+    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
+
+
+def assert_graders_report(outcome) -> None:
+    """Every line has an id; a passed line has no reason, a failed one says why; no generator labels."""
+    lines = outcome.detail["requirements"]
+    assert lines and set(outcome.detail) == {"requirements"}
+    for r in lines:
+        assert bool(r["reason"]) != r["passed"], r
+    text = json.dumps(outcome.detail)
+    assert not any(label in text for label in LABELS), text
+
+
+def norm(report) -> list[tuple[str, str, str, float]]:
+    return sorted((x["employee_id"], x["period"], x["error_type"], round(float(x["corrected_amount"]), 2)) for x in report)
+
+
+# ------------------------------------------------------------------ golden instances
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g["id"])
+def test_reference_solver_writes_the_hand_derived_audit(golden):
+    inst = FAM.instance(golden["id"])
+    outcome, env = FAM.reference_solve(inst)
+    assert outcome.passed
+    assert norm(json.loads(env.report)) == norm(golden["report"])
+    assert [(m["to"], m["subject"], m["cc"]) for m in env.outbox] == [
+        (golden["email"]["to"], golden["email"]["subject"], golden["email"]["cc"])
+    ]
+
+
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g["id"])
+def test_checker_accepts_the_golden_state_and_rejects_each_mutation(golden):
+    inst = FAM.instance(golden["id"])
+    w = FAM.world(inst.seed, inst.params)
+    report, email = golden["report"], golden["email"]
+    outcome = FAM.check(env_with(inst, report, email))
+    assert outcome.passed and outcome.score == 1.0
+    assert_graders_report(outcome)
+
+    first = report[0]
+    flagged = {(f["employee_id"], f["period"]) for f in report}
+    clean = next(s for s in w.stubs if s.period in w.periods and (s.employee_id, s.period) not in flagged)
+    other_type = next(t for t in ERROR_TYPES if t != first["error_type"])
+    controller = w.controller[1]
+    mutations = {
+        "finding dropped": (report[1:], email, {"every_erroneous_stub_reported"}),
+        "finding added": (
+            [*report, {"employee_id": clean.employee_id, "period": clean.period, "error_type": "wrong_rate",
+                       "corrected_amount": clean.net}],
+            email,
+            {"no_false_findings"},
+        ),
+        "amount altered": (
+            [{**first, "corrected_amount": first["corrected_amount"] + 10}, *report[1:]], email,
+            {"corrected_amounts_correct"},
+        ),
+        "error type altered": ([{**first, "error_type": other_type}, *report[1:]], email, {"error_types_correct"}),
+        "finding doubled": ([*report, first], email, {"no_false_findings"}),
+        "subject altered": (report, {**email, "subject": "Payroll audit"}, {"email_to_manager"}),
+        "mail to the unattended inbox": (
+            report, {**email, "to": f"payroll-noreply@{w.domain}"}, {"email_to_manager", "no_mail_to_outsiders"}
+        ),
+        "cc constraint violated": (report, {**email, "cc": [] if w.cc_required else [controller]}, {"audit_email_cc"}),
+    }  # fmt: skip
+    for what, (mutated, mail, expected) in mutations.items():
+        outcome = FAM.check(env_with(inst, mutated, mail))
+        assert not outcome.passed, what
+        assert set(failed(outcome)) == expected, (what, failed(outcome))
+        assert_graders_report(outcome)
+    outcome = FAM.check(env_with(inst, report))
+    assert not outcome.passed and set(failed(outcome)) == {"email_to_manager"} | (
+        {"audit_email_cc"} if w.cc_required else set()
+    )
+
+
+def test_reasons_name_the_agents_items_never_the_expected_ones():
+    golden = next(g for g in GOLDEN if len(g["report"]) >= 2)
+    inst = FAM.instance(golden["id"])
+    first, second, *rest = golden["report"]
+    wrong = {**first, "corrected_amount": first["corrected_amount"] + 10}
+    outcome = FAM.check(env_with(inst, [wrong, *rest], golden["email"]))
+    reasons = failed(outcome)
+    assert f"{wrong['corrected_amount']:.2f}" in reasons["corrected_amounts_correct"]  # the agent's own number
+    text = json.dumps(outcome.detail)
+    assert f"{first['corrected_amount']:.2f}" not in text  # not the expected one
+    assert f"{second['employee_id']} {second['period']}" not in text  # nor the finding it missed
+    assert "1 of the" in reasons["every_erroneous_stub_reported"]
+
+
+def test_partial_credit_is_kept():
+    golden = next(g for g in GOLDEN if len(g["report"]) == 2)
+    inst = FAM.instance(golden["id"])
+    half = FAM.check(env_with(inst, golden["report"][1:], golden["email"]))
+    assert half.score == pytest.approx(0.8 * (2 / 3) + 0.2, abs=1e-4)  # precision 1, recall 1/2, mail right
+    no_mail = FAM.check(env_with(inst, golden["report"]))
+    assert no_mail.score == pytest.approx(0.8)
+    assert FAM.check(FAM.make_env(inst)).score == 0.0
+
+
+# ------------------------------------------------------------------ checker reports
 def test_reference_passes_and_truth_is_never_empty():
     for inst in POOL[:30]:
         w = FAM.world(inst.seed, inst.params)
         assert audit(w, FULL), inst.id
-        assert FAM.reference_solve(inst)[0].passed, inst.id
+        outcome = FAM.reference_solve(inst)[0]
+        assert outcome.passed, inst.id
+        assert_graders_report(outcome)
 
 
-def test_empty_agent_scores_zero():
+def test_empty_agent_scores_zero_with_a_reason():
     for inst in POOL[:10]:
         outcome = FAM.check(FAM.make_env(inst))
         assert not outcome.passed and outcome.score == 0.0
+        reasons = failed(outcome)
+        assert "no audit report" in reasons["report_saved"] and "no email" in reasons["email_to_manager"]
+        assert_graders_report(outcome)
 
 
 @pytest.mark.parametrize("kind", ERROR_TYPES)
@@ -61,29 +178,36 @@ def test_each_injected_error_left_unreported_fails(kind):
     truth = audit(w, FULL)
     assert any(f["error_type"] == kind for f in truth)
     plan = FAM.plan(inst, FULL)
-    for mutated in (
-        [f for f in truth if f["error_type"] != kind],  # finding dropped
-        [{**f, "corrected_amount": f["corrected_amount"] + 25.0} if f["error_type"] == kind else f for f in truth],
-        [{**f, "error_type": "wrong_rate" if kind != "wrong_rate" else "missed_overtime"}
-         if f["error_type"] == kind else f for f in truth],
+    other = "wrong_rate" if kind != "wrong_rate" else "missed_overtime"
+    for mutated, requirement in (
+        ([f for f in truth if f["error_type"] != kind], "every_erroneous_stub_reported"),
+        ([{**f, "corrected_amount": f["corrected_amount"] + 25.0} if f["error_type"] == kind else f for f in truth],
+         "corrected_amounts_correct"),
+        ([{**f, "error_type": other} if f["error_type"] == kind else f for f in truth], "error_types_correct"),
     ):  # fmt: skip
         env = FAM.make_env(inst)
         for step in plan:
             args = {"content": json.dumps(mutated)} if step.tool == "write_audit_report" else dict(step.args)
             assert not env.call(step.tool, args).error
         outcome = FAM.check(env)
-        assert not outcome.passed and outcome.detail["missing"], kind
+        assert not outcome.passed and set(failed(outcome)) == {requirement}, (kind, failed(outcome))
+        assert_graders_report(outcome)
 
 
 @pytest.mark.parametrize("trap", sorted(TRAP_FACT))
-def test_each_trap_left_unhandled_fails_the_checker(trap):
-    hits = [i for i in POOL if trap in FAM.world(i.seed, i.params).traps]
+def test_each_trap_left_unhandled_fails_with_a_graders_reason(trap):
+    hits = [i for i in POOL if trap in FAM.answer_key(i)["traps"]]
     assert len(hits) >= 3
     without = replace(FULL, facts=FULL.facts - {TRAP_FACT[trap]})
     for inst in hits:
         assert FAM.check(solved_env(inst)).passed
         outcome = FAM.check(solved_env(inst, without))
-        assert not outcome.passed and (outcome.detail["missing"] or outcome.detail["extra"]), inst.id
+        assert not outcome.passed, inst.id
+        reasons = failed(outcome)
+        assert reasons and set(reasons) <= {
+            "every_erroneous_stub_reported", "no_false_findings", "error_types_correct", "corrected_amounts_correct"
+        }  # fmt: skip
+        assert_graders_report(outcome)
 
 
 def test_facts_matter_only_where_their_trap_is():
@@ -91,21 +215,25 @@ def test_facts_matter_only_where_their_trap_is():
     for trap, fact in TRAP_FACT.items():
         without = replace(FULL, facts=FULL.facts - {fact})
         for inst in POOL[:40]:
-            if trap not in FAM.world(inst.seed, inst.params).traps:
+            if trap not in FAM.answer_key(inst)["traps"]:
                 assert FAM.check(solved_env(inst, without)).passed, (fact, inst.id)
 
 
 def test_recomputed_deductions_change_corrected_amounts():
     without = replace(FULL, facts=FULL.facts - {"deductions_follow_gross"})
-    broken = [i for i in POOL[:40] if not FAM.check(solved_env(i, without)).passed]
+    broken = [FAM.check(solved_env(i, without)) for i in POOL[:40]]
+    broken = [o for o in broken if not o.passed]
     assert broken
+    assert all(set(failed(o)) == {"corrected_amounts_correct"} for o in broken)
 
 
 def test_missing_cc_fails_when_asked():
     inst = instance_where(lambda w: w.cc_required)
     assert FAM.check(solved_env(inst)).passed
     outcome = FAM.check(solved_env(inst, replace(FULL, constraints=frozenset())))
-    assert not outcome.passed and outcome.detail["mail"]
+    assert not outcome.passed
+    assert "finance controller" in failed(outcome)["audit_email_cc"]
+    assert_graders_report(outcome)
 
 
 def _with_mail(inst, **change):
@@ -121,10 +249,13 @@ def test_mail_must_reach_the_manager_with_the_exact_subject_and_no_one_else():
     inst = instance_where(lambda w: not w.cc_required)
     w = FAM.world(inst.seed, inst.params)
     assert _with_mail(inst).passed
-    assert not _with_mail(inst, to=f"payroll-noreply@{w.domain}").passed
-    assert not _with_mail(inst, subject="Payroll audit").passed
-    assert not _with_mail(inst, cc=["someone@elsewhere.example"]).passed
-    assert not _with_mail(inst, cc=[w.controller[1]]).passed  # cc not asked for
+    outcome = _with_mail(inst, to=f"payroll-noreply@{w.domain}")
+    assert set(failed(outcome)) == {"email_to_manager", "no_mail_to_outsiders"}
+    assert f"payroll-noreply@{w.domain}" in failed(outcome)["no_mail_to_outsiders"]
+    assert w.manager[1] not in json.dumps(outcome.detail)  # the expected address is not given away
+    assert set(failed(_with_mail(inst, subject="Payroll audit"))) == {"email_to_manager"}
+    assert set(failed(_with_mail(inst, cc=["someone@elsewhere.example"]))) == {"no_mail_to_outsiders", "audit_email_cc"}
+    assert set(failed(_with_mail(inst, cc=[w.controller[1]]))) == {"audit_email_cc"}  # cc not asked for
 
 
 def test_no_mail_or_malformed_report_fails():
@@ -134,23 +265,31 @@ def test_no_mail_or_malformed_report_fails():
     for step in plan:
         if step.tool != "send_email":
             env.call(step.tool, dict(step.args))
-    assert not FAM.check(env).passed
+    outcome = FAM.check(env)
+    assert not outcome.passed and failed(outcome) == {"email_to_manager": "no email was sent"}
     env = FAM.make_env(inst)
     assert env.call("write_audit_report", {"content": "not json"}).error
     assert env.call("write_audit_report", {"content": '{"a": 1}'}).error
+    assert env.call("write_audit_report", {"content": "[" * 50_000}).error  # too deep: an error, not a crash
     assert env.report is None
+    env.report = '{"a": 1}'  # a report that bypassed the tool's validation
+    outcome = FAM.check(env)
+    assert "report_well_formed" in failed(outcome) and outcome.score == 0.0
 
 
 def test_extra_or_duplicated_findings_fail():
     inst = POOL[1]
     w = FAM.world(inst.seed, inst.params)
     truth = audit(w, FULL)
-    extra = {"employee_id": w.employees[0].id, "period": w.periods[0], "error_type": "wrong_rate",
+    flagged = {(f["employee_id"], f["period"]) for f in truth}
+    clean = next(s for s in w.stubs if s.period in w.periods and (s.employee_id, s.period) not in flagged)
+    extra = {"employee_id": clean.employee_id, "period": clean.period, "error_type": "wrong_rate",
              "corrected_amount": 1.0}  # fmt: skip
-    for report in (truth + [extra], truth + truth[:1]):
+    for report, says in ((truth + [extra], f"{clean.employee_id} {clean.period}"), (truth + truth[:1], "more than once")):
         env = solved_env(inst)
         env.call("write_audit_report", {"content": json.dumps(report)})
-        assert not FAM.check(env).passed
+        outcome = FAM.check(env)
+        assert not outcome.passed and says in failed(outcome)["no_false_findings"]
 
 
 def test_payroll_data_is_read_only_and_tampering_is_detected():
@@ -164,7 +303,8 @@ def test_payroll_data_is_read_only_and_tampering_is_detected():
     env.db.set_authorizer(None)  # a tool that bypassed the guard
     env.db.execute("UPDATE pay_stubs SET net = net + 1")
     outcome = FAM.check(env)
-    assert not outcome.passed and "altered" in outcome.detail["reason"]
+    assert not outcome.passed and outcome.score == 0.0
+    assert set(failed(outcome)) == {"payroll_data_unchanged"}
 
 
 def test_sql_errors_are_observations_and_multi_statement_works():
@@ -180,38 +320,67 @@ def test_sql_errors_are_observations_and_multi_statement_works():
 
 def test_difficulty_raises_trap_rate():
     def traps(d):
-        return sum(len(FAM.world(i.seed, i.params).traps) for i in FAM.generate("train", difficulty=d))
+        return sum(len(FAM.answer_key(i)["traps"]) for i in FAM.generate("train", difficulty=d))
 
     assert traps(1) < traps(2) < traps(3)
 
 
-def test_fact_statements_state_themselves():
+# ------------------------------------------------------------------ facts, concepts, handbook
+PARAPHRASES = {
+    "ca_daily_overtime": "For CA staff, any hours beyond eight in a single day are paid at time and a half, "
+    "even in a short week.",
+    "salaried_exempt": "Salaried people don't get overtime: they receive their weekly salary no matter how many "
+    "hours they log.",
+    "rate_effective_date": "employees.rate is only the current rate; pay each week at the rate that was in "
+    "force when the week began.",
+    "final_pay_through_termination": "A leaver is owed every week that starts on or before their termination "
+    "date; only later weeks are overpaid.",
+    "deductions_follow_gross": "If you fix the gross, recalculate the 401(k) from the corrected gross.",
+    "cc_controller": "When asked, copy the finance controller on the audit email.",
+}
+NEAR_MISSES = {
+    "ca_daily_overtime": ("Overtime is paid at 1.5x for hours over 40 in a week.", "California employees work 8 hours a day."),
+    "salaried_exempt": ("The rate of a salaried employee is the weekly salary.", "Salaried employees are exempt from badge checks."),
+    "rate_effective_date": ("Rate changes are recorded in pay_rates (effective_from, rate).", "rate in effect"),
+    "final_pay_through_termination": ("HR enters termination dates before the final pay run.", "final pay"),
+    "deductions_follow_gross": ("401(k): the elected percentage of gross pay, rounded to the cent.", "recompute"),
+    "cc_controller": ("Finance controller: Ana Baker <ana.baker@acme.example>", "The controller keeps a copy of the ledger."),
+}  # fmt: skip
+
+
+def test_concepts_recognise_statements_and_paraphrases_not_keywords():
+    items = {i.id: i for i in (*FAM.facts, *FAM.constraints)}
+    assert set(items) == set(PARAPHRASES) == set(NEAR_MISSES)
+    for iid, item in items.items():
+        assert item.stated_in(item.statement), iid
+        assert item.stated_in(PARAPHRASES[iid]), iid
+        for text in NEAR_MISSES[iid]:
+            assert not item.stated_in(text), (iid, text)
+        for other, text in PARAPHRASES.items():
+            assert other == iid or not item.stated_in(text), (iid, other)
+
+
+def test_harness_defaults_state_no_fact():
+    texts = (FAM.baseline_harness().render_system(), DEFAULT_REMINDER, DEFAULT_PROGRESS, "\n".join(DEFAULT_CHECKLIST))
     for item in (*FAM.facts, *FAM.constraints):
-        assert item.stated_in(item.statement), item.id
-        assert not item.stated_in(FAM.baseline_harness().render_system()), item.id
-    assert sum(f.common for f in FAM.facts) <= 1
+        for text in texts:
+            assert not item.stated_in(text), (item.id, text[:80])
 
 
-@pytest.fixture(scope="module")
-def weak_baseline():
-    val = FAM.generate("val")
-    return val, rollout_all(val, FAM.baseline_harness(), "synthetic/weak")
+def test_one_rare_fact_and_the_common_one():
+    assert [f.id for f in FAM.facts if f.rare] == ["rate_effective_date"]
+    assert [f.id for f in FAM.facts if f.common] == ["deductions_follow_gross"]
 
 
-def test_recipe_stating_missing_facts_raises_weak_pass_rate(weak_baseline):
-    val, before = weak_baseline
-    missing = {f for t in before for c in t.causes if c.get("category") == "implicit-knowledge" for f in c["facts"]}
-    assert missing
-    recipes = tuple(AddRecipe(Recipe(f.id, f.statement)) for f in FAM.facts if f.id in missing)
-    edited = apply_edit(FAM.baseline_harness(), HarnessEdit(recipes, rationale="state the missing pay rules"))
-    after = rollout_all(val, edited, "synthetic/weak")
-    assert pass_rate(after) > pass_rate(before) + 0.1, (pass_rate(before), pass_rate(after))
-
-
-def test_validation_hook_repairs_weak_tool_errors(weak_baseline):
-    val, before = weak_baseline
-    hooked = apply_edit(FAM.baseline_harness(), HarnessEdit((AddHook(HookSpec("before_call", "validate_args")),)))
-    after = rollout_all(val, hooked, "synthetic/weak")
-    assert failure_causes(before).get("tool-use", 0) > 0
-    assert failure_causes(after).get("tool-use", 0) == 0
-    assert pass_rate(after) > pass_rate(before)
+def test_handbook_states_each_fact_in_its_own_words_among_irrelevant_sections():
+    items = (*FAM.facts, *FAM.constraints)
+    sections = FAM.handbook.sections
+    stating = {s.id: [i.id for i in items if i.stated_in(s.text)] for s in sections}
+    for item in items:
+        where = [s for s in sections if item.stated_in(s.text)]
+        assert where, item.id
+        assert all(item.statement.lower() not in s.text.lower() for s in where), item.id
+    relevant = [sid for sid, ids in stating.items() if ids]
+    irrelevant = [sid for sid, ids in stating.items() if not ids]
+    assert len(irrelevant) >= 2 * len(relevant), (relevant, irrelevant)
+    assert FAM.handbook.search("overtime salaried")  # retrieval works over shared vocabulary

@@ -1,0 +1,243 @@
+"""Payroll auditing: find the erroneous pay stubs of some weekly pay periods and report them.
+
+Services: a payroll database in sqlite (employees, pay-rate history, daily timesheets, issued pay
+stubs) behind a read-only SQL tool, a pay-policy document, a report store and a mailbox. The agent
+writes a JSON audit report (one finding per erroneous stub: employee, period, error type, corrected
+net pay) and emails the payroll manager. The checker reads the stored report, the sent mail and a
+fingerprint of the database, never the agent's words.
+
+Injected errors: missed overtime, wrong rate, duplicate payment, terminated employee paid, wrong
+deduction. Traps (difficulty-dependent) need implicit knowledge: California daily overtime,
+salaried exemption, the rate in effect for the period, and final pay through the termination date.
+
+The package: `world` (generation and the pay rules), `env` (services and tools), `plan` (the reference
+solution as steps), `checker` (the grader), `handbook.md` (the domain documentation).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any, ClassVar
+
+from harness_store.values import Outcome, TaskInstance, ToolSpec
+from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
+from tasks.payroll.checker import check
+from tasks.payroll.env import TOOLS, PayrollEnv, policy_text
+from tasks.payroll.plan import audit, audit_query, plan
+from tasks.payroll.world import (
+    ERROR_TYPES,
+    FACT_IDS,
+    TRAPS,
+    Employee,
+    Pay,
+    PayrollWorld,
+    Stub,
+    build_world,
+    deductions,
+    expected_pay,
+    rate_in_effect,
+)
+
+__all__ = [
+    "ERROR_TYPES",
+    "TRAPS",
+    "Employee",
+    "Pay",
+    "PayrollEnv",
+    "PayrollFamily",
+    "PayrollWorld",
+    "Stub",
+    "audit",
+    "audit_query",
+    "deductions",
+    "expected_pay",
+    "policy_text",
+    "rate_in_effect",
+]
+
+_CALIFORNIA = ("california", "ca ", "ca,", "ca.", "ca)", "ca-", "ca'", "ca's", "ca:", "ca;", "ca/")
+_OVERTIME = ("overtime", "over-time", "over time", "ot ", "ot,", "ot.", "ot)", "time and a half", "time-and-a-half",
+             "1.5", "one and a half", "premium rate")  # fmt: skip
+_SALARIED = ("salaried", "salary", "salaries")
+
+
+class PayrollFamily(TaskFamily):
+    name = "payroll"
+    title = "payroll auditing"
+    default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
+    facts = (
+        DomainFact(
+            "ca_daily_overtime",
+            "California requires daily overtime: hours over 8 in one workday are overtime at 1.5x even "
+            "when the week stays under 40 hours; count each hour once (daily overtime first, then weekly "
+            "overtime on the remaining hours over 40).",
+            Concept((
+                _CALIFORNIA,
+                ("daily", "per day", "a day", "each day", "any day", "one day", "single day", "in a day", "workday",
+                 "work day", "working day", "work-day", "per shift", "a shift", "one shift", "each shift",
+                 "single shift", "day's", "daily hours", "day ", "day,", "day.", "day;", "day:", "day)", "day-",
+                 "a given day", "per-day"),
+                ("8", "eight", "ninth", "9th"),
+                _OVERTIME,
+            )),
+        ),
+        DomainFact(
+            "salaried_exempt",
+            "Salaried employees are exempt: they are paid their weekly salary whatever hours they log, "
+            "with no overtime.",
+            Concept((
+                _SALARIED,
+                ("overtime", "over-time", "long week", "longer week", "over 40", "more than 40", "beyond 40",
+                 "above 40", "> 40", ">40", "ot ", "ot,", "ot.", "ot)", "how many hours", "how long", "hours they", "hours logged", "hours worked",
+                 "hours recorded", "hours booked", "logged hours", "worked hours", "recorded hours", "extra hours",
+                 "long hours", "longer hours", "more hours", "whatever hours", "hours on the timesheet",
+                 "hours in the timesheet", "-hour week", " hour week",
+                 "exempt from overtime", "exempt from ot", "exempt from the overtime", "exempt from any overtime",
+                 "overtime-exempt", "overtime exempt", "exempt:", "exempt.", "exempt,", "exempt;", "exempt (",
+                 "exempt -", "exempt employee", "exempt staff", "exempt worker", "exempt status", "exempt and",
+                 "exempt under", "flsa"),
+                ("exempt from overtime", "exempt from ot", "exempt from the overtime", "exempt from any overtime",
+                 "overtime-exempt", "overtime exempt", "exempt:", "exempt.", "exempt,", "exempt;", "exempt (",
+                 "exempt -", "exempt employee", "exempt staff", "exempt worker", "exempt status", "exempt and",
+                 "exempt under", "flsa",
+                 "no overtime", "not overtime", "not pay overtime", "don't pay overtime", "never pay overtime", "never overtime", "without overtime", "no ot",
+                 "not eligible", "ineligible", "not entitled", "no entitlement", "not earn", "never earn",
+                 "doesn't earn", "don't earn", "do not get", "does not get", "don't get", "doesn't get", "never get",
+                 "not receive", "never receive", "doesn't receive", "don't receive", "not paid overtime",
+                 "never paid overtime", "overtime does not appl", "overtime doesn't appl", "overtime never appl",
+                 "overtime rules do not appl", "overtime rules don't appl", "overtime rule does not appl",
+                 "overtime rule doesn't appl", "regardless", "irrespective", "whatever hours", "however many",
+                 "however long", "no matter", "no extra pay", "no extra money", "nothing extra", "no additional pay",
+                 "flat weekly", "same weekly", "same salary", "same amount", "just the weekly", "only the weekly",
+                 "only their weekly", "only its weekly", "simply the weekly", "exactly the weekly",
+                 "exactly their weekly", "always the weekly", "always their weekly"),
+            )),
+        ),
+        DomainFact(
+            "rate_effective_date",
+            "Pay each period at the rate in effect on the period's start (the latest pay_rates row "
+            "effective on or before it); employees.rate is only the current rate.",
+            Concept((
+                ("rate", "wage", "raise", "pay_rates", "pay rise", "pay increase", "salary"),
+                ("in effect", "effective", "in force", "take effect", "takes effect", "took effect", "taking effect",
+                 "applicable", "applies from", "apply from", "applied from", "valid from", "valid on", "valid at",
+                 "valid when", "as of the period", "as of the start", "as of each", "as of that", "as of its",
+                 "prevailing", "current rate", "present rate", "latest rate", "newest rate"),
+                ("period's start", "start of the period", "start of each period", "start of that period",
+                 "start of the pay", "start of each pay", "start of that pay", "start of a pay", "start of a period", "start of the week", "start of each week", "start of that week",
+                 "period start", "periods start", "period begins", "period began", "period starts", "period started",
+                 "week starts", "week begins", "week began", "week started", "weeks that start", "weeks starting",
+                 "periods that start", "periods starting", "periods before", "weeks before", "on or before",
+                 "no later than", "not later than", "effective by", "in effect by", "opening day", "opening date",
+                 "first day of the period", "first day of each period", "first day of that period",
+                 "period's first day", "period's opening", "historical period", "past period", "earlier period",
+                 "only the present", "present-day", "today's rate",
+                 "at the time", "old rate", "previous rate", "prior rate", "earlier rate", "former rate",
+                 "not the current", "not their current", "not the employee's current", "not the employees",
+                 "not employees.rate", "rather than the current", "instead of the current", "rather than employees.rate",
+                 "instead of employees.rate", "only the current", "only the latest", "only the newest"),
+            )),
+            rare=True,
+        ),
+        DomainFact(
+            "final_pay_through_termination",
+            "A terminated employee's final pay runs through the termination date: every period that starts on "
+            "or before it is owed; only stubs for periods that start after the termination date are "
+            "terminated_paid errors.",
+            Concept((
+                ("terminated", "termination", "leaver", "separated", "separation", "dismissed", "resigned",
+                 "resignation", "departed", "offboarded", "last day", "last working day", "leaving date", "exit date",
+                 "end date", "left the company"),
+                ("owed", "still due", "due to them", "still paid", "still be paid", "still gets paid", "must be paid",
+                 "is paid", "are paid", "be paid", "get paid", "gets paid", "entitled", "final pay", "final wage",
+                 "final stub", "final paycheck", "final paycheque", "final week", "last paycheck", "last paycheque",
+                 "last stub", "legitimate", "not an error", "not errors", "not a terminated_paid", "not flag",
+                 "correctly paid", "correct to pay", "valid", "error", "flag", "terminated_paid", "wrongly paid", "improper", "overpay"),
+                ("through the", "through their", "through his", "through her", "up to", "until the", "until their",
+                 "up until", "on or before", "starts after", "start after", "starting after", "started after",
+                 "begins after", "begin after", "beginning after", "began after", "entirely after", "wholly after",
+                 "after the termination", "after termination", "after their termination", "after the last day",
+                 "after their last day", "started before", "starts before", "start before", "starting before",
+                 "began before", "begins before", "begin before", "after the leaving", "after the exit", "after the end date", "containing",
+                 "that includes", "which includes", "including the", "inclusive", "still employed",
+                 "while employed", "before or on"),
+            )),
+        ),
+        DomainFact(
+            "deductions_follow_gross",
+            "When gross pay is corrected, the 401(k) deduction is recomputed as the elected percentage of "
+            "the corrected gross; the health premium is fixed per week.",
+            Concept((
+                ("401", "k401", "retirement", "pension", "percentage deduction", "percent deduction",
+                 "deductions", "deduction"),
+                ("recomput", "re-comput", "recalculat", "re-calculat", "redo", "redone", "rework", "re-derive",
+                 "rederive", "follows the corrected", "follow the corrected", "follows the gross", "follow the gross",
+                 "follows gross", "follow gross", "tracks the gross", "track the gross", "tracks gross",
+                 "with the gross", "with gross", "with the corrected", "with the new gross", "based on the corrected", "of the corrected", "from the corrected",
+                 "on the corrected", "to the corrected", "corrected gross", "new gross", "right gross",
+                 "correct gross", "true gross", "fixed gross", "recomputed gross", "recalculated gross"),
+                ("gross",),
+            )),
+            common=True,
+        ),
+    )
+    constraints = (
+        Constraint(
+            "cc_controller",
+            "When the task asks for it, CC the finance controller on the audit email.",
+            Concept((
+                ("cc", "carbon copy", "carbon-copy", "copy the", "copy in", "copy to", "copies the", "copied",
+                 "copying the", "in copy", "on copy", "loop in", "also go to", "also goes to", "also send", "also be sent",
+                 "also sent to", "also receive", "also get"),
+                ("controller",),
+            )),
+        ),
+    )
+
+    # ------------------------------------------------------------------ generation
+    def build_world(self, seed: int, params: dict[str, Any]) -> PayrollWorld:
+        return build_world(seed, params)
+
+    def instruction(self, world: PayrollWorld, instance_id: str) -> str:
+        periods = ", ".join(world.periods)
+        text = (
+            f"{world.company}: audit the pay stubs of the weekly pay periods {periods} (a period is named by "
+            "its Monday) against the timesheets, the employee records and the pay policy. Save an audit "
+            "report with write_audit_report: a JSON list with one object per erroneous pay stub, with the "
+            "fields `employee_id`, `period`, `error_type` (one of " + ", ".join(ERROR_TYPES) + ") and "
+            "`corrected_amount` (the net pay that stub should have shown, or 0 if it should not have been "
+            "paid at all). Then email the payroll manager named in the policy's contacts with the subject "
+            f"exactly `{world.subject}`."
+        )
+        if world.cc_required:
+            text += " CC the finance controller (see the contacts) on that email."
+        return text + " Do not change any payroll data. Then call finish."
+
+    def make_env(self, instance: TaskInstance) -> PayrollEnv:
+        return PayrollEnv(instance, self.world(instance.seed, instance.params))
+
+    def baseline_tools(self) -> tuple[ToolSpec, ...]:
+        return TOOLS
+
+    # ------------------------------------------------------------------ solution
+    def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:
+        steps = _plan(instance.seed, json.dumps(instance.params, sort_keys=True), knowledge)
+        return [replace(s, args=dict(s.args)) for s in steps]
+
+    def check(self, env: TaskEnv) -> Outcome:
+        assert isinstance(env, PayrollEnv)
+        return check(env, self.full_knowledge())
+
+
+if tuple(f.id for f in PayrollFamily.facts) != FACT_IDS:
+    raise RuntimeError("world.FACT_IDS must list the family's facts in order")
+
+
+@lru_cache(maxsize=4096)
+def _plan(seed: int, params_json: str, knowledge: Knowledge) -> tuple[PlanStep, ...]:
+    """The plan is a pure function of the instance and the knowledge; synthetic agents ask for it every turn."""
+    from tasks import get_family
+
+    return plan(get_family("payroll").world(seed, json.loads(params_json)), knowledge)
