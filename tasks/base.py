@@ -181,6 +181,8 @@ class TaskEnv(ABC):
             return ToolResult(f"error: {e}", error=True)
         except TypeError as e:
             return ToolResult(f"error: bad arguments for {impl}: {_clean_type_error(e)}", error=True)
+        except RecursionError:
+            return ToolResult(f"error: arguments for {impl} are nested too deeply", error=True)
         if isinstance(out, ToolResult):
             if out.error and not out.content.startswith("error"):
                 return ToolResult(f"error: {out.content}", error=True, finished=out.finished)

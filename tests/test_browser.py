@@ -1,22 +1,38 @@
-"""The browser-automation family: checker mutations, traps, harness recipes, and the Chromium backend."""
+"""Browser family: golden instances (hand-derived final states) with mutations, checker reports per
+trap, concepts and handbook, tools and pages, and the Chromium backend. The levers every family shares
+(stated facts help, hooks help) are in test_families.py."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from harness_store.edits import apply_edit
-from harness_store.values import AddRecipe, HarnessEdit, Recipe
+from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from tasks import get_family
 from tasks.base import Knowledge
-from tasks.browser import BrowserEnv, BrowserFamily, ChromiumBrowser, chromium_available
+from tasks.browser import BrowserEnv, BrowserFamily, ChromiumBrowser, chromium_available, final_state
 from tasks.browser.dom import parse, render_tree
-from tasks.browser.world import money
-from tests.rollouts import pass_rate, rollout_all
+from tasks.browser.world import STATUSES, money
+from tests.rollouts import rollout_all
 
 FAM: BrowserFamily = get_family("browser")  # type: ignore[assignment]
 FULL = FAM.full_knowledge()
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "browser" / "golden.json").read_text())[
+    "instances"
+]
+WORLD_DIGEST = "1694ea947c868d1f"  # sha256 of the test and first 10 val worlds (reprs), as generated before the split
+TRAP_FACT = {"id_offset": "order_entity_id", "refund": "refund_closed", "dup_name": "customer_by_email",
+             "drafts": "publish_not_save"}
+TRAP_REQUIREMENTS = {
+    "id_offset": {"order_status_set", "history_comment_added", "customer_notification", "nothing_else_changed"},
+    "refund": {"order_status_set"},
+    "dup_name": {"answer_correct"},
+    "drafts": {"post_published"},
+}
 
 
 def world(inst):
@@ -28,7 +44,7 @@ def pool():
 
 
 def with_trap(trap: str):
-    return next(i for i in pool() if trap in world(i).traps)
+    return next(i for i in pool() if trap in FAM.answer_key(i)["traps"])
 
 
 def of_kind(kind: str, n: int = 1, split: str = "val"):
@@ -46,51 +62,156 @@ def without_fact(fact: str) -> Knowledge:
     return replace(FULL, facts=FULL.facts - {fact})
 
 
-# ------------------------------------------------------------------------------------------ traps
-@pytest.mark.parametrize(
-    "trap,fact",
-    [("id_offset", "order_entity_id"), ("refund", "refund_closed"), ("dup_name", "customer_by_email"),
-     ("drafts", "publish_not_save")],
-)
-def test_each_trap_fails_without_its_fact(trap, fact):
-    insts = [i for i in pool() if trap in world(i).traps]
+def failed(outcome) -> dict[str, str]:
+    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
+
+
+def ok(result) -> str:
+    assert not result.error, result.content
+    return result.content
+
+
+def env_with_state(inst, state) -> BrowserEnv:
+    """A fresh env with a final state written into it through the browser tools, as an agent would."""
+    env = FAM.make_env(inst)
+    for u in state["order_updates"]:
+        ok(env.call("goto", {"url": f"/admin/orders/{u['eid']}"}))
+        ok(env.call("select", {"element": "order-status", "option": u["status"]}))
+        ok(env.call("select", {"element": "notify-customer", "option": "yes" if u["notified"] else "no"}))
+        ok(env.call("type", {"element": "status-comment", "text": u["comment"]}))
+        ok(env.call("click", {"element": "save-order"}))
+    for p in state["new_posts"]:
+        ok(env.call("goto", {"url": f"/f/{p['forum']}/submit"}))
+        ok(env.call("type", {"element": "post-title", "text": p["title"]}))
+        ok(env.call("type", {"element": "post-body", "text": p["body"]}))
+        ok(env.call("click", {"element": "publish-post" if p["published"] else "save-post"}))
+    if state["answer"] is not None:
+        ok(env.call("answer", {"answer": state["answer"]}))
+    assert final_state(env) == state
+    return env
+
+
+# ------------------------------------------------------------------------------ golden instances
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g["id"])
+def test_reference_solver_reaches_the_hand_derived_state(golden):
+    outcome, env = FAM.reference_solve(FAM.instance(golden["id"]))
+    assert final_state(env) == golden["state"]
+    assert outcome.passed
+
+
+def mutations(inst, state) -> dict[str, dict]:
+    w = world(inst)
+    out: dict[str, dict] = {}
+    if state["order_updates"]:
+        u = state["order_updates"][0]
+        other = next(o for o in w.orders if o.eid != u["eid"])
+        out["save dropped"] = {**state, "order_updates": []}
+        out["another order saved too"] = {**state, "order_updates": [
+            u, {**u, "eid": other.eid, "number": other.number}]}
+        out["status altered"] = {**state, "order_updates": [
+            {**u, "status": "pending" if u["status"] != "pending" else "processing"}]}
+        out["comment altered"] = {**state, "order_updates": [{**u, "comment": u["comment"].rstrip(".")}]}
+        out["notification flipped"] = {**state, "order_updates": [{**u, "notified": not u["notified"]}]}
+        out["saved twice with notification"] = {**state, "order_updates": [u, {**u, "notified": True}]}
+    elif state["new_posts"]:
+        p = state["new_posts"][0]
+        other = next(f.slug for f in w.forums if f.slug != p["forum"])
+        out["post dropped"] = {**state, "new_posts": []}
+        out["post doubled"] = {**state, "new_posts": [p, p]}
+        out["title altered"] = {**state, "new_posts": [{**p, "title": p["title"] + "!"}]}
+        out["body altered"] = {**state, "new_posts": [{**p, "body": p["body"][:-1]}]}
+        out["other forum"] = {**state, "new_posts": [{**p, "forum": other}]}
+        if w.drafts:
+            out["left as a draft"] = {**state, "new_posts": [{**p, "published": False}]}
+        o = w.orders[0]
+        out["an order saved"] = {**state, "order_updates": [
+            {"eid": o.eid, "number": o.number, "status": o.status, "comment": "", "notified": False}]}
+    else:
+        a = state["answer"]
+        o = w.orders[0]
+        out["answer dropped"] = {**state, "answer": None}
+        out["answer without currency sign"] = {**state, "answer": a.lstrip("$")}
+        out["answer off by a cent"] = {**state, "answer": money(round(float(a.strip("$").replace(",", "")) * 100) + 1)}
+        out["an order saved"] = {**state, "order_updates": [
+            {"eid": o.eid, "number": o.number, "status": o.status, "comment": "", "notified": False}]}
+    return out
+
+
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g["id"])
+def test_checker_accepts_the_golden_state_and_rejects_each_mutation(golden):
+    inst = FAM.instance(golden["id"])
+    assert FAM.check(env_with_state(inst, golden["state"])).passed
+    cases = mutations(inst, golden["state"])
+    assert len(cases) >= 4
+    for what, state in cases.items():
+        outcome = FAM.check(env_with_state(inst, state))
+        assert not outcome.passed and outcome.score == 0.0, what
+        assert failed(outcome) and all(failed(outcome).values()), (what, outcome.detail)
+
+
+def test_golden_instances_cover_every_kind_and_trap():
+    kinds = {world(FAM.instance(g["id"])).kind for g in GOLDEN}
+    traps = {t for g in GOLDEN for t in FAM.answer_key(FAM.instance(g["id"]))["traps"]}
+    assert kinds == {"status", "answer", "forum"}
+    assert traps >= {"id_offset", "refund", "notify", "dup_name", "drafts"}
+
+
+# ------------------------------------------------------------------------------ checker reports
+@pytest.mark.parametrize("trap", sorted(TRAP_FACT))
+def test_each_trap_fails_without_its_fact_with_a_graders_reason(trap):
+    insts = [i for i in pool() if trap in FAM.answer_key(i)["traps"]]
     assert len(insts) >= 5
     for inst in insts:
         assert run(inst, FULL)[0].passed
-        outcome, _ = run(inst, without_fact(fact))
+        outcome, _ = run(inst, without_fact(TRAP_FACT[trap]))
         assert not outcome.passed and outcome.score == 0.0, (inst.id, outcome.detail)
+        reasons = failed(outcome)
+        assert set(reasons) <= TRAP_REQUIREMENTS[trap] and all(reasons.values()), (inst.id, reasons)
+        report = json.dumps(outcome.detail)
+        assert trap not in report and "trap" not in report  # no generator labels in the report
+        w = world(inst)
+        if w.kind == "answer":  # never the expected answer
+            assert money(w.last_order(w.customer_id).total) not in report
+        if w.kind == "status" and trap == "refund":  # never the expected status
+            assert STATUSES[w.new_status] not in report and w.new_status not in report
 
 
 def test_answer_format_fact_matters():
     inst = of_kind("answer")[0]
     outcome, env = run(inst, without_fact("answer_as_shown"))
     assert not outcome.passed and env.answer and not env.answer.startswith("$")
+    assert set(failed(outcome)) == {"answer_correct"} and repr(env.answer) in failed(outcome)["answer_correct"]
 
 
 def test_notify_constraint_matters():
     inst = with_trap("notify")
     outcome, _ = run(inst, replace(FULL, constraints=frozenset()))
-    assert not outcome.passed and "notified 0" in " ".join(outcome.detail["problems"])
+    assert not outcome.passed
+    assert set(failed(outcome)) == {"customer_notification"}
+    assert "not notified" in failed(outcome)["customer_notification"]
 
 
 def test_facts_only_matter_where_their_trap_is():
     for inst in FAM.generate("val"):
-        traps = set(world(inst).traps)
-        if not traps & {"id_offset", "refund", "dup_name", "drafts"} and world(inst).kind != "answer":
+        traps = set(FAM.answer_key(inst)["traps"])
+        if not traps & set(TRAP_FACT) and world(inst).kind != "answer":
             plan_full = FAM.plan(inst, FULL)
             plan_common = FAM.plan(inst, Knowledge(frozenset({"answer_as_shown"}), FULL.constraints))
             assert [s.args for s in plan_full] == [s.args for s in plan_common], inst.id
 
 
-def test_wrong_order_id_changes_another_order():
+def test_wrong_order_id_changes_another_order_and_the_report_names_it():
     inst = with_trap("id_offset")
     outcome, env = run(inst, without_fact("order_entity_id"))
     w = world(inst)
-    assert outcome.detail["orders_changed"] and w.target_eid not in outcome.detail["orders_changed"]
+    saved = [u["eid"] for u in final_state(env)["order_updates"]]
+    assert saved and w.target_eid not in saved
     assert env.app.orders[w.target_eid].status == w.order(w.target_eid).status
+    wrong = w.order(saved[0])
+    assert f"#{wrong.number}" in failed(outcome)["nothing_else_changed"]
+    assert "never saved" in failed(outcome)["order_status_set"]
 
 
-# ------------------------------------------------------------------------------ checker mutations
 def test_status_checker_mutations():
     inst = next(i for i in of_kind("status", 10) if world(i).notify is False)
     w = world(inst)
@@ -107,26 +228,28 @@ def test_status_checker_mutations():
     assert "You updated the order" in save(env, w.target_eid, w.new_status, w.comment).content
     assert FAM.check(env).passed
     cases = {
-        "wrong status": lambda e: save(e, w.target_eid, "pending", w.comment),
-        "no comment": lambda e: save(e, w.target_eid, w.new_status, ""),
-        "notified unasked": lambda e: save(e, w.target_eid, w.new_status, w.comment, "yes"),
+        "wrong status": (lambda e: save(e, w.target_eid, "pending", w.comment), "order_status_set"),
+        "no comment": (lambda e: save(e, w.target_eid, w.new_status, ""), "history_comment_added"),
+        "notified unasked": (lambda e: save(e, w.target_eid, w.new_status, w.comment, "yes"), "customer_notification"),
     }
-    for name, act in cases.items():
+    for name, (act, req) in cases.items():
         env = FAM.make_env(inst)
         act(env)
-        assert not FAM.check(env).passed, name
+        outcome = FAM.check(env)
+        assert not outcome.passed and set(failed(outcome)) == {req}, (name, outcome.detail)
     # right change plus a change to another order
     env = FAM.make_env(inst)
     save(env, w.target_eid, w.new_status, w.comment)
-    other = next(o.eid for o in w.orders if o.eid != w.target_eid)
-    save(env, other, "closed", "oops")
-    assert not FAM.check(env).passed
+    other = next(o for o in w.orders if o.eid != w.target_eid)
+    save(env, other.eid, "closed", "oops")
+    assert failed(FAM.check(env)) == {"nothing_else_changed": f"orders other than #{w.target_number} were saved: "
+                                      f"#{other.number}"}
     # typing without saving changes nothing
     env = FAM.make_env(inst)
     env.call("goto", {"url": base})
     env.call("select", {"element": "order-status", "option": w.new_status})
     env.call("type", {"element": "status-comment", "text": w.comment})
-    assert not FAM.check(env).passed
+    assert set(failed(FAM.check(env))) == {"order_status_set", "history_comment_added"}
 
 
 def test_answer_checker_mutations():
@@ -136,20 +259,27 @@ def test_answer_checker_mutations():
     env = FAM.make_env(inst)
     env.call("answer", {"answer": right})
     assert FAM.check(env).passed
-    for wrong in (right.replace("$", ""), right + "0", money(min(o.total for o in w.orders if o.customer_id == w.customer_id) - 1)):
+    wrongs = (right.replace("$", ""), right + "0",
+              money(min(o.total for o in w.orders if o.customer_id == w.customer_id) - 1))
+    for wrong in wrongs:
         env = FAM.make_env(inst)
         env.call("answer", {"answer": wrong})
-        assert not FAM.check(env).passed, wrong
+        outcome = FAM.check(env)
+        assert not outcome.passed and set(failed(outcome)) == {"answer_correct"}, wrong
+        assert repr(right) not in json.dumps(outcome.detail)  # its own answer is quoted, never the right one
     env = FAM.make_env(inst)  # the last answer counts
     env.call("answer", {"answer": right})
     env.call("answer", {"answer": "no idea"})
     assert not FAM.check(env).passed
+    env = FAM.make_env(inst)  # no answer at all
+    assert set(failed(FAM.check(env))) == {"answer_given"}
     env = FAM.make_env(inst)  # right answer, but the agent changed the shop
     env.call("answer", {"answer": right})
     o = w.orders[0]
     env.call("goto", {"url": f"/admin/orders/{o.eid}"})
     env.call("click", {"element": "save-order"})
-    assert not FAM.check(env).passed
+    assert failed(FAM.check(env)) == {"nothing_changed": "the task only asks for information, but the application "
+                                      f"was changed: orders were saved: #{o.number}"}
 
 
 def test_forum_checker_mutations():
@@ -165,16 +295,21 @@ def test_forum_checker_mutations():
     env = FAM.make_env(inst)
     post(env, w.forum_slug, w.title, w.body)
     assert FAM.check(env).passed
-    other = next(f.slug for f in w.forums if f.slug != w.forum_slug)
-    for name, act in {
-        "twice": lambda e: (post(e, w.forum_slug, w.title, w.body), post(e, w.forum_slug, w.title, w.body)),
-        "wrong forum": lambda e: post(e, other, w.title, w.body),
-        "wrong title": lambda e: post(e, w.forum_slug, w.title + "!", w.body),
-        "wrong body": lambda e: post(e, w.forum_slug, w.title, w.body[:-1]),
-    }.items():
+    other = next(f for f in w.forums if f.slug != w.forum_slug)
+    for name, act, req in (
+        ("twice", lambda e: (post(e, w.forum_slug, w.title, w.body), post(e, w.forum_slug, w.title, w.body)),
+         "single_post"),
+        ("wrong forum", lambda e: post(e, other.slug, w.title, w.body), "post_created"),
+        ("wrong title", lambda e: post(e, w.forum_slug, w.title + "!", w.body), "post_title_and_body"),
+        ("wrong body", lambda e: post(e, w.forum_slug, w.title, w.body[:-1]), "post_title_and_body"),
+    ):
         env = FAM.make_env(inst)
         act(env)
-        assert not FAM.check(env).passed, name
+        outcome = FAM.check(env)
+        assert not outcome.passed and req in failed(outcome), (name, outcome.detail)
+    env = FAM.make_env(inst)
+    post(env, other.slug, w.title, w.body)
+    assert other.name in failed(FAM.check(env))["post_created"]  # the agent's own post, named
 
 
 def test_implicit_submission_uses_the_first_button():
@@ -185,18 +320,85 @@ def test_implicit_submission_uses_the_first_button():
     env.call("type", {"element": "post-title", "text": w.title})
     env.call("type", {"element": "post-body", "text": w.body})
     out = env.call("submit", {"form": "post-form"})
-    assert "Draft saved" in out.content and not FAM.check(env).passed
+    outcome = FAM.check(env)
+    assert "Draft saved" in out.content and not outcome.passed
+    assert set(failed(outcome)) == {"post_published"} and "draft" in failed(outcome)["post_published"]
 
 
 def test_empty_and_finish_only_score_zero():
     for inst in FAM.generate("val", 15):
         env = FAM.make_env(inst)
-        assert FAM.check(env).score == 0.0
+        outcome = FAM.check(env)
+        assert outcome.score == 0.0 and failed(outcome) and all(failed(outcome).values())
         env.call("finish", {})
         assert not FAM.check(env).passed
 
 
-# -------------------------------------------------------------------------------- tools and pages
+def test_reports_never_carry_generator_labels():
+    labels = {"traps", "id_offset", "dup_name", "impostor", "injected"}
+    for inst in FAM.generate("val"):
+        for k in (FULL, Knowledge(frozenset(), frozenset()), replace(FULL, cut=frozenset({1}))):
+            report = json.dumps(run(inst, k)[0].detail)
+            assert not any(label in report for label in labels), (inst.id, report)
+
+
+# ------------------------------------------------------------------------------ concepts and handbook
+PARAPHRASES = {
+    "order_entity_id": "Don't type the order number into the URL: the id there is internal, so open the order "
+                       "from the grid's View link instead.",
+    "refund_closed": "If the money went back to the customer in a full refund, mark the order Closed rather "
+                     "than Canceled.",
+    "customer_by_email": "Two customers can share the same name, so always look them up by their email.",
+    "publish_not_save": "Posts stay private drafts until you press Publish.",
+    "answer_as_shown": "Copy the total exactly as the admin displays it, including the dollar sign.",
+    "notify_customer": "If the task asks you to notify the customer, set the notification dropdown to Yes.",
+}
+LONE_KEYWORDS = (
+    "Order numbers have nine digits.", "Closed orders cannot be refunded again.", "Search by name or email.",
+    "Drafts are listed with (draft) after the title.", "Give the exact order number.",
+    "The order form has a 'Notify customer by email' field, which is No by default.",
+    "In the grid, the order number is plain text, not a link.", "Customers are listed with their name and email.",
+    "Published posts appear in the forum list.",
+    "Order statuses: Pending, Processing, On Hold, Complete, Canceled and Closed.",
+)
+
+
+def test_concepts_recognise_statements_and_paraphrases_not_lone_keywords():
+    items = (*FAM.facts, *FAM.constraints)
+    assert {x.id for x in items} == set(PARAPHRASES)
+    for x in items:
+        assert x.stated_in(x.statement), x.id
+        assert x.stated_in(PARAPHRASES[x.id]), x.id
+        for text in LONE_KEYWORDS:
+            assert not x.stated_in(text), (x.id, text)
+    generic = [DEFAULT_REMINDER, DEFAULT_PROGRESS, *DEFAULT_CHECKLIST, FAM.baseline_harness().render_system()]
+    assert not [x.id for x in items for t in generic if x.stated_in(t)]
+    assert [f.id for f in FAM.facts if f.rare] == ["publish_not_save"]
+    assert [f.id for f in FAM.facts if f.common] == ["answer_as_shown"]
+
+
+def test_handbook_states_every_fact_among_more_irrelevant_sections():
+    items = (*FAM.facts, *FAM.constraints)
+    sections = FAM.handbook.sections
+    stating = {s.id: [x.id for x in items if x.stated_in(s.text)] for s in sections}
+    for x in items:
+        assert any(x.id in ids for ids in stating.values()), x.id
+        assert not any(x.statement in s.text for s in sections), x.id  # its own prose, not the catalogue's
+    relevant = [s for s, ids in stating.items() if ids]
+    assert len(sections) - len(relevant) >= 2 * len(relevant)
+    assert FAM.handbook.search("refunded order status")[0]["id"] in relevant
+
+
+# ------------------------------------------------------------------------------ tools and pages
+def test_world_generation_is_pinned():
+    """Worlds are a pure function of (seed, params), unchanged by the package split."""
+    digest = hashlib.sha256()
+    for inst in FAM.generate("test") + FAM.generate("val", 10):
+        digest.update(repr(world(inst)).encode())
+    assert digest.hexdigest()[:16] == WORLD_DIGEST
+
+
+
 def test_element_ids_are_stable_and_computable():
     inst = of_kind("status")[0]
     w = world(inst)
@@ -241,17 +443,6 @@ def test_parser_round_trip_of_escapes():
     assert 'page "A & B"' in tree and "x < y" in tree and 'value="a&b"' in tree
 
 
-# ------------------------------------------------------------------------------ harness recipes
-def test_recipe_stating_missing_facts_raises_weak_pass_rate():
-    insts = [i for i in FAM.generate("val") if set(world(i).traps) & {"id_offset", "refund", "dup_name", "drafts"}]
-    base = FAM.baseline_harness()
-    notes = " ".join(f.statement for f in FAM.facts if not f.common)
-    better = apply_edit(base, HarnessEdit((AddRecipe(Recipe("web-admin", notes)),), rationale="state the facts"))
-    before = pass_rate(rollout_all(insts, base, "synthetic/weak"))
-    after = pass_rate(rollout_all(insts, better, "synthetic/weak"))
-    assert after > before + 0.2, (before, after)
-
-
 # ---------------------------------------------------------------------------------------- Chromium
 needs_chromium = pytest.mark.skipif(
     not chromium_available(), reason="needs Debian chromium and the playwright package (make test installs them)"
@@ -279,8 +470,21 @@ def test_chromium_passes_the_same_instances_as_the_text_browser(chromium):
                 a, b = text.call(step.tool, dict(step.args)), real.call(step.tool, dict(step.args))
                 assert a.content == b.content, (inst.id, step.tool)
             assert FAM.check(text).passed and FAM.check(real).passed, inst.id
+            assert final_state(text) == final_state(real)
         finally:
             real.close()
+
+
+@needs_chromium
+def test_chromium_reaches_a_golden_state(chromium):
+    golden = next(g for g in GOLDEN if g["state"]["order_updates"])
+    inst = FAM.instance(golden["id"])
+    env = FAM.make_env(inst, backend="chromium", browser=chromium)
+    try:
+        assert FAM.solve_in(inst, env).passed
+        assert final_state(env) == golden["state"]
+    finally:
+        env.close()
 
 
 @needs_chromium
@@ -316,8 +520,12 @@ def test_chromium_errors_and_implicit_submit(chromium):
 
 @needs_chromium
 def test_executor_rollouts_through_chromium(chromium, monkeypatch):
-    """The async executor drives a Chromium env (Playwright runs in the browser's own thread)."""
+    """The async executor drives a Chromium env (Playwright runs in the browser's own thread), and a
+    seeded rollout sees the same pages, so it ends as it does in the text browser."""
     insts = of_kind("status", 1) + of_kind("forum", 1)
+    text = rollout_all(insts, FAM.baseline_harness(), "synthetic/expert", concurrency=2)
     monkeypatch.setattr(FAM, "make_env", lambda inst: BrowserFamily.make_env(FAM, inst, "chromium", chromium))
-    trajs = rollout_all(insts, FAM.baseline_harness(), "synthetic/expert", concurrency=2)
-    assert all(t.passed for t in trajs), [t.outcome for t in trajs]
+    real = rollout_all(insts, FAM.baseline_harness(), "synthetic/expert", concurrency=2)
+    assert all(t.error != "infra" and t.outcome is not None for t in real), [t.error_detail for t in real]
+    assert [t.outcome for t in real] == [t.outcome for t in text]
+    assert [t.messages for t in real] == [t.messages for t in text]

@@ -5,6 +5,10 @@ Task kinds: change an order's status (with a history comment, sometimes notifyin
 find a customer's most recent order total (answered exactly as the admin shows it), create a post in
 a forum. The checker reads the application's state (orders, posts) or the recorded answer.
 
+The package: `world` (generation), `app` (the web application), `dom` (HTML parsing and the text
+accessibility tree), `backends` (the text browser and Chromium), `env` (the tools), `plan` (the
+reference solution as steps), `checker` (the grader), `handbook.md` (the domain documentation).
+
 Two backends behind the same tools: an in-process text browser (default) and a real headless
 Chromium driven by Playwright against the app served on 127.0.0.1
 (`make_env(instance, backend="chromium")`, or `COEVOLVE_BROWSER_BACKEND=chromium`).
@@ -12,15 +16,19 @@ Chromium driven by Playwright against the app served on 127.0.0.1
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from harness_store.values import Outcome, TaskInstance, ToolSpec
-from tasks.base import Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
+from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
 from tasks.browser.backends import ChromiumBrowser, chromium_available
+from tasks.browser.checker import check, final_state
 from tasks.browser.env import TOOLS, BrowserEnv
-from tasks.browser.world import STATUSES, BrowserWorld, make_world, money
+from tasks.browser.plan import plan
+from tasks.browser.world import BrowserWorld, build_world, money
+
+__all__ = ["BrowserEnv", "BrowserFamily", "BrowserWorld", "ChromiumBrowser", "chromium_available", "final_state",
+           "money"]
 
 BACKEND_ENV = "COEVOLVE_BROWSER_BACKEND"
 STATUS_TEXT = {
@@ -40,28 +48,71 @@ class BrowserFamily(TaskFamily):
             "Admin order URLs use the internal entity id (/admin/orders/<entity id>), which is not the order "
             "number (#000000123) that customers and tasks quote: find the order's row in the Orders grid and "
             "use its View link.",
-            ("entity id", "not the order number", "order number is not the id", "use its view link"),
+            Concept((
+                ("order number", "order #", "order no", "order's number", "increment id", "number the customer",
+                 "number customers", "customer-facing number", "quoted number", "reference number"),
+                ("entity id", "internal id", "internal number", "database id", "record id", "url", "view link",
+                 "admin link", "order link", "in the link", "href", "web address", "page address", "address bar",
+                 "path", "/admin/orders/"),
+                ("not the", "is not", "isn't", "are not", "aren't", "never", "differ", "not the same", "distinct",
+                 "separate", "unrelated", "do not match", "does not match", "don't match", "doesn't match",
+                 "not equal", "rather than", "instead", "not derived", "cannot be", "can't be", "do not use",
+                 "don't use", "never use", "not to be confused", "offset", "run ahead", "won't", "will not",
+                 "doesn't work", "does not work", "wrong", "≠", "!="),
+            )),
         ),
         DomainFact(
             "refund_closed",
             "A fully refunded order gets the status Closed; Canceled is only for orders that were never paid.",
-            ("refunded order gets the status closed", "refunded orders are closed", "closed, not canceled"),
+            Concept((
+                ("refund", "money back", "money was returned", "money is returned", "credit memo", "reimburs",
+                 "paid back", "repaid"),
+                ("closed", "close", "closing"),
+                ("status", "cancel", "mark", "set", "becom", "get", "move", "change", "switch", "choose", "select",
+                 "pick", "put", "use", "is closed", "are closed", "goes to", "go to", "mean", "must", "should",
+                 "belong", "count as", "counts as", "treat", "->", "→", "=>", "="),
+            )),
         ),
         DomainFact(
             "customer_by_email",
             "Customer names are not unique: identify a customer by email address, never by name alone.",
-            ("names are not unique", "identify a customer by email", "by email address"),
+            Concept((
+                ("name", "namesake", "homonym"),
+                ("email", "e-mail", "mail address"),
+                ("unique", "non-unique", "distinguish", "tell apart", "tell them apart", "duplicate", "same name",
+                 "share", "shared", "alone", "by itself", "ambiguous", "collide", "clash", "repeat",
+                 "more than one", "several customers", "two customers", "never by", "not by", "rather than",
+                 "instead", "not enough", "distinct", "not guaranteed", "identical", "coincide", "go by", "identify by", "identified by", "identify them by", "identify a customer by",
+                 "identify customers by", "identify the customer by", "identifies the customer",
+                 "identifies a customer"),
+            )),
         ),
         DomainFact(
             "publish_not_save",
             "In the forum editor, Save only stores a private draft; a post goes live only with Publish.",
-            ("save only stores a private draft", "goes live only with publish", "click publish"),
+            Concept((
+                ("draft", "private", "unpublished", "not public", "only you can see", "only the author",
+                 "only its author", "hidden", "invisible", "not visible"),
+                ("publish", "go live", "goes live", "went live", "is live", "public", "visible to everyone",
+                 "visible to all", "everyone can see"),
+                ("save", "button", "click", "press", "hit", "until", "unless", "only with", "only by",
+                 "only when", "only after", "only once", "submit", "enter key", "pressing enter"),
+            )),
+            rare=True,
         ),
         DomainFact(
             "answer_as_shown",
             "Answers are compared exactly: give a value exactly as the page shows it (e.g. $1,234.50, with "
             "the currency sign and thousands separator).",
-            ("exactly as the page shows", "as shown on the page", "currency sign"),
+            Concept((
+                ("answer", "value", "total", "amount", "figure", "price", "sum", "number", "result", "reply",
+                 "respon"),
+                ("exact", "verbatim", "as shown", "as the page shows", "as displayed", "as it appears",
+                 "as it is shown", "as-is", "character for character", "unchanged", "same format",
+                 "without reformatting", "do not reformat", "don't reformat", "not reformat", "copy"),
+                ("currency", "dollar", "$", "format", "separator", "comma", "sign", "page", "shown", "shows",
+                 "display", "appear", "screen", "decimal", "cents", "symbol", "admin"),
+            )),
             common=True,
         ),
     )
@@ -69,13 +120,22 @@ class BrowserFamily(TaskFamily):
         Constraint(
             "notify_customer",
             "When the task asks to notify the customer, set 'Notify customer by email' to Yes when saving.",
-            ("notify the customer", "notify customer by email", "set notify"),
+            Concept((
+                ("notif", "inform", "tell the customer", "let the customer know", "message the customer",
+                 "send an email", "send the customer an email", "email notification", "emailed about",
+                 "email about the change", "email them"),
+                ("customer", "buyer", "shopper", "client"),
+                ("yes", "ask", "when the task", "if the task", "when a task", "if a task", "whenever the task",
+                 "when the request", "if the request", "when a request", "if a request", "request", "must",
+                 "always", "do not forget", "don't forget", "remember", "make sure", "be sure", "required",
+                 "instruct", "says so", "calls for", "turn on", "switch on", "switch it to", "switch to", "enable"),
+            )),
         ),
     )
 
     # ------------------------------------------------------------------------------ generation
-    def world(self, seed: int, params: dict[str, Any]) -> BrowserWorld:
-        return make_world(seed, json.dumps(params, sort_keys=True))
+    def build_world(self, seed: int, params: dict[str, Any]) -> BrowserWorld:
+        return build_world(seed, params)
 
     def instruction(self, world: BrowserWorld, instance_id: str) -> str:
         w = world
@@ -109,61 +169,7 @@ class BrowserFamily(TaskFamily):
 
     # ------------------------------------------------------------------------------ solution
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:
-        w = self.world(instance.seed, instance.params)
-        facts, cut = knowledge.facts, knowledge.cut
-        if w.kind == "status":
-            # not knowing (or not having seen the grid): the order number taken for the id
-            eid = w.target_eid if "order_entity_id" in facts and 1 not in cut else int(w.target_number)
-            status = "canceled" if w.refund and "refund_closed" not in facts else w.new_status
-            notify = "yes" if w.notify and "notify_customer" in knowledge.constraints else "no"
-            return [
-                PlanStep("goto", {"url": "/admin/orders"}),
-                PlanStep("read_page", {}),
-                PlanStep("goto", {"url": f"/admin/orders/{eid}"}, facts=("order_entity_id",), uses=(1,)),
-                PlanStep("read_page", {}),
-                PlanStep("select", {"element": "order-status", "option": status}, facts=("refund_closed",)),
-                PlanStep("select", {"element": "notify-customer", "option": notify},
-                         constraint="notify_customer" if w.notify else None),
-                PlanStep("type", {"element": "status-comment", "text": w.comment}),
-                PlanStep("click", {"element": "save-order"}),
-                PlanStep("finish", {"summary": f"order #{w.target_number} set to {STATUSES[w.new_status]}"}),
-            ]
-        if w.kind == "answer":
-            c = w.customer(w.customer_id)
-            assert c is not None
-            if 1 in cut:  # the grid was not seen: a guessed URL
-                url = f"/admin/customers/{c.email.split('@')[0]}"
-                cid = 0
-            else:
-                cid = c.id if "customer_by_email" in facts else min(x.id for x in w.customers if x.name == c.name)
-                url = f"/admin/customers/{cid}"
-            if 3 in cut or cid == 0:
-                answer = "unknown"
-            else:
-                total = w.last_order(cid).total
-                answer = money(total) if "answer_as_shown" in facts else f"{total / 100:g}"
-            return [
-                PlanStep("goto", {"url": "/admin/customers"}),
-                PlanStep("read_page", {}),
-                PlanStep("goto", {"url": url}, facts=("customer_by_email",), uses=(1,)),
-                PlanStep("read_page", {}),
-                PlanStep("answer", {"answer": answer}, facts=("customer_by_email", "answer_as_shown"), uses=(3,)),
-                PlanStep("finish", {"summary": "answered"}),
-            ]
-        f = w.forum(w.forum_slug)
-        assert f is not None
-        slug = f.slug if 1 not in cut else f.name.lower().replace(" ", "-")
-        button = "publish-post" if "publish_not_save" in facts or not w.drafts else "save-post"
-        return [
-            PlanStep("goto", {"url": "/forum"}),
-            PlanStep("read_page", {}),
-            PlanStep("goto", {"url": f"/f/{slug}/submit"}, uses=(1,)),
-            PlanStep("read_page", {}),
-            PlanStep("type", {"element": "post-title", "text": w.title}),
-            PlanStep("type", {"element": "post-body", "text": w.body}),
-            PlanStep("click", {"element": button}, facts=("publish_not_save",)),
-            PlanStep("finish", {"summary": f"posted in {f.name}"}),
-        ]
+        return plan(self.world(instance.seed, instance.params), knowledge)
 
     def solve_in(self, instance: TaskInstance, env: TaskEnv) -> Outcome:
         """Run the full-knowledge plan in a given environment (e.g. a Chromium one) and check it."""
@@ -177,45 +183,4 @@ class BrowserFamily(TaskFamily):
     # ------------------------------------------------------------------------------ checker
     def check(self, env: TaskEnv) -> Outcome:
         assert isinstance(env, BrowserEnv)
-        w, app = env.world, env.app
-        order_changes = sorted({eid for k, eid in app.mutations if k == "order"})
-        new_posts = app.posts[len(w.posts):]
-        detail: dict[str, Any] = {"kind": w.kind, "traps": list(w.traps), "orders_changed": order_changes,
-                                  "posts_created": len(new_posts)}
-        problems: list[str] = []
-        if w.kind == "status":
-            o, before = app.orders[w.target_eid], w.order(w.target_eid)
-            assert before is not None
-            added = o.history[len(before.history):]
-            notified = sum(1 for *_, n in added if n)
-            if o.status != w.new_status:
-                problems.append(f"status is {o.status!r}, want {w.new_status!r}")
-            if not any(c == w.comment for _, _, c, _ in added):
-                problems.append("the comment is not in the order's history")
-            if notified != (1 if w.notify else 0):
-                problems.append(f"customer notified {notified} time(s), want {1 if w.notify else 0}")
-            if set(order_changes) - {w.target_eid}:
-                problems.append("other orders were changed")
-            if new_posts:
-                problems.append("forum posts were created")
-        elif w.kind == "answer":
-            want = money(w.last_order(w.customer_id).total)
-            detail["answer"] = env.answer
-            if env.answer != want:
-                problems.append(f"answer {env.answer!r} is not the expected value")
-            if app.mutations:
-                problems.append("the application was changed")
-        else:
-            mine = [p for p in new_posts if p.forum == w.forum_slug and p.published]
-            if len(new_posts) != 1 or len(mine) != 1:
-                problems.append(f"{len(new_posts)} new post(s), {len(mine)} published in {w.forum_slug}; want exactly 1")
-            elif mine[0].title != w.title.strip() or mine[0].body != w.body.strip():
-                problems.append("the post's title or body differs from the task's")
-            if order_changes:
-                problems.append("orders were changed")
-        detail["problems"] = problems
-        passed = not problems
-        return Outcome(passed, 1.0 if passed else 0.0, detail)
-
-
-__all__ = ["BrowserEnv", "BrowserFamily", "ChromiumBrowser", "chromium_available"]
+        return check(env)

@@ -1,16 +1,15 @@
 """The browser family's hidden world: a shop admin (customers, orders) and a forum, plus one task.
 
-A pure function of (seed, params): `make_world(seed, params_json)` is cached. Money is in cents.
+`build_world(seed, params)` is a pure function of its arguments (the family base class caches it).
+Money is in cents.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import Any
 
 TRAP_RATE = {1: 0.15, 2: 0.3, 3: 0.5}
@@ -179,9 +178,7 @@ def _items(rng: random.Random, size: int) -> tuple[tuple[str, str, int, int], ..
     return tuple((sku, name, rng.randint(1, 3), price) for sku, name, price in chosen)
 
 
-@lru_cache(maxsize=512)
-def make_world(seed: int, params_json: str) -> BrowserWorld:
-    params: dict[str, Any] = json.loads(params_json)
+def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
     rng = random.Random(seed)
     difficulty = int(params["difficulty"])
     size = max(1, int(params["size"]))
