@@ -31,6 +31,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	# Debian's Chromium for the browser family's Playwright backend (idempotent; CI runs as root)
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
+	# bubblewrap: the sandbox for model-written code (tasks/sandbox.py refuses to run model code without it)
+	test -x /usr/bin/bwrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)
 	$(BIN)/python -m pytest -q -k "not smollm2_e2e"
 
 test-slow: $(STAMP)

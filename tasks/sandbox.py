@@ -1,7 +1,7 @@
 """Sandboxed execution of model-written Python (DESIGN §6).
 
-Every run of code an agent wrote happens here: a fresh child interpreter per run, in a fresh temporary
-directory, with nothing shared between runs. The API is two calls:
+Every run of code an agent wrote happens here: a fresh process per run, in a fresh directory, with
+nothing shared between runs. The API is two calls:
 
 - `run_python(files, script)` runs one script of a file tree;
 - `run_tests(files, test_paths)` runs test files with a tiny in-sandbox test runner (pytest-like
@@ -11,38 +11,73 @@ directory, with nothing shared between runs. The API is two calls:
 Both return a `SandboxResult`; `result.stopped` says in words why the sandbox stopped or refused
 something (None when nothing was), and `result.report()` renders the run for an observation.
 
-Layers, each of which alone refuses the listed behaviour (decided: defence in depth, all cheap):
+Isolation is by the kernel, not by auditing Python (decided: an in-process audit hook alone is
+bypassed by `_posixsubprocess.fork_exec`, by flipping its own flags through `gc` or frames, by
+monkeypatching the builtins it calls, by `os.open(dir_fd=...)` and by links to outside targets):
 
-1. A trusted boot prelude runs in the child before any untrusted code: it sets `resource` limits
-   (address space, CPU seconds, file size, open files, no core dumps) and, when the parent is root
-   and `nobody` can read the stdlib, drops to uid/gid `nobody` with no forks allowed (RLIMIT_NPROC 0). The limits are set in the child
-   rather than in a `preexec_fn` because `preexec_fn` is not safe when the parent has threads (executor
-   pools, litellm), and the prelude runs before any untrusted code anyway.
-2. A `sys.addaudithook` hook (cannot be removed once installed) refuses socket creation and name
-   resolution, process creation (fork, exec, spawn, subprocess, system, kill), `ctypes`, raising
-   rlimits, any file write, rename, removal or mkdir outside the run's directory, and any access to
-   other runs' directories. A refusal raises `PermissionError` and writes a marker line to stderr,
-   which the parent turns into a violation even if the code swallows the exception.
-3. When the `unshare` binary works, the child runs in its own network namespace (no interfaces up),
-   so even a hook bypass has no network. Probed once per process; absent on some hosts.
-4. The parent enforces a wall-clock limit (the whole process group is killed), a per-test alarm stops
-   endless loops inside one test, and output is capped by RLIMIT_FSIZE on the captured stdout/stderr.
+1. bubblewrap (`bwrap`, Debian package `bubblewrap`) puts the code in new user, PID, network, IPC, UTS
+   and cgroup namespaces (`--unshare-all`; nested user namespaces are disabled) as uid/gid 65534 with no
+   capabilities and `no_new_privs`. Its filesystem is a read-only root holding only /usr (and the
+   /bin, /lib, ... links or binds into it), `/etc/ld.so.cache`, the interpreter's real prefix
+   (`sys.base_prefix` resolved, read-only; no site-packages: the interpreter runs with `-I -S`), a fresh
+   /proc that shows only the sandbox's own processes, a minimal read-only /dev, and one size-capped
+   tmpfs `/sandbox` holding the run's directory (`/tmp` is a link into it). The environment is cleared
+   (PATH, HOME, LANG, TZ only); there is no network but a loopback of its own; `--die-with-parent`
+   and `--new-session`. When the parent is root, bwrap itself is started as uid 65534, so that the
+   sandbox's processes are an unprivileged host user and RLIMIT_NPROC holds (the kernel does not apply
+   it to uid 0); if uid 65534 cannot reach the interpreter (a pyenv under /root, mode 0700), its prefix
+   is first bind-mounted read-only on a reachable empty directory in a private mount namespace
+   (`unshare -m`, `mount --bind`, then `setpriv` drops to 65534), which no other process sees.
+2. Limits, set in the child before any untrusted code runs: address space, CPU seconds, file size (also
+   caps captured stdout/stderr), open files, no core dumps, no POSIX message queues, and a process and
+   thread count (RLIMIT_NPROC, counted per user namespace, i.e. per sandbox). The tmpfs caps the disk.
+   Wall time is enforced by killing every process of the run, with a watchdog in the parent that
+   kills the whole sandbox if the sandbox itself stops answering.
+3. The old audit hook stays as a second layer inside (refuses sockets, process creation, ctypes and
+   writes outside the run's directory, and reports them as violations, which is what the reports
+   name); it is no longer what keeps the host safe.
 
-Start-up cost: a fork server (one per parent process, started inside the network namespace, never
-running untrusted code itself) forks a child per run, so a run costs a fork instead of an interpreter
-start (~10x cheaper on a loaded machine). The child applies layers 1-2 after the fork exactly as a fresh
-interpreter would; preloaded modules are stdlib only. If the fork server cannot be used (it dies three
-times), every run starts its own interpreter.
+Start-up cost: one sandbox per parent process holds a fork server (a trusted interpreter that never
+runs untrusted code and never holds a run's data); each run is a fresh `fork` of it, so a run costs a
+fork instead of a bwrap set-up plus an interpreter start. Isolation between runs of one sandbox:
+
+- runs are serial; each gets a fresh directory (created for it, removed after it, nothing else in the
+  tmpfs), and a fresh process forked from the server;
+- the server is PID 1 of the sandbox: after each run it kills every other process of the sandbox
+  (`kill(-1, SIGKILL)`, which cannot miss a daemon that double-forked or called setsid) and reaps them,
+  so nothing of a run outlives it; code inside cannot signal PID 1 to death;
+- the server is not dumpable (`PR_SET_DUMPABLE` 0), so code of a run cannot ptrace it or read or write
+  its memory through /proc, and it never reads a request body or a run's output (a child reads the
+  request and writes the tree; another short-lived child reads the outputs and removes the
+  directory), so no earlier run's data is left in the memory a later run is forked from;
+- after each run the sandbox is checked for anything a run could leave behind (files in the tmpfs,
+  System V IPC objects, keys, processes); if anything is found, the whole sandbox is replaced before
+  the next run. Everything else writable is read-only.
+
+`COEVOLVE_SANDBOX_PER_RUN=1` starts one fresh sandbox per run instead (same code; measured on a
+loaded 2-core machine: ~6x the cost of a fork-server run, ~90 ms against ~16 ms). It is also the
+fallback when the persistent sandbox cannot start or dies under a run.
+
+If no sandbox can be started (bwrap missing or unusable), a run raises `SandboxError` naming the
+reason: model code is never run without it. `COEVOLVE_SANDBOX_WEAK=1` explicitly opts into the weak
+development mode (no bwrap: the same fork server as a plain process with rlimits, the audit hook, a
+network namespace when `unshare --net` works and a private directory, as the parent's own user); it
+does not contain hostile code and must not be used for model code on a machine that holds secrets.
+
+Not contained: memory is limited per process (RLIMIT_AS) and the process count per sandbox, not for the
+whole sandbox (no cgroup), so a run may hold up to `processes` x `memory_mb`; CPU use is bounded by the
+wall clock, not shared fairly; there is no seccomp filter, so the kernel's whole system-call surface is
+reachable (inside the namespaces); /usr is readable.
 
 Test results travel on the child's original stdout fd; `sys.stdout` is pointed at stderr while tests
-run, so code under test cannot print fake result lines. Nothing is cached across runs: every run gets a
-fresh directory (removed afterwards) and a fresh process.
+run, so code under test cannot print fake result lines.
 """
 
 from __future__ import annotations
 
 import ast
 import atexit
+import json
 import os
 import select
 import shutil
@@ -62,16 +97,21 @@ MARK = "\x1esbx "  # prefix of the runner's result lines on stdout
 VIOLATION = "[sandbox-violation] "
 NOBODY = 65534
 BASE_DIR = os.path.join(tempfile.gettempdir(), "coevolve-sandbox")
+BOX_WORK = "/sandbox"  # the sandbox's tmpfs, as seen inside
+WORK_MB = 256  # size of that tmpfs (files a run may write, outputs included)
+WEAK_ENV = "COEVOLVE_SANDBOX_WEAK"
+PER_RUN_ENV = "COEVOLVE_SANDBOX_PER_RUN"
 
 
 @dataclass(frozen=True)
 class Limits:
-    wall_s: float = 10.0  # whole run, enforced by the parent
+    wall_s: float = 10.0  # whole run, enforced by the fork server (every process of the run is killed)
     per_test_s: float = 2.0  # one test function, enforced by an alarm in the child
     cpu_s: int = 10
-    memory_mb: int = 512  # address space
-    output_bytes: int = 2_000_000  # stdout and stderr each (RLIMIT_FSIZE)
+    memory_mb: int = 512  # address space, per process
+    output_bytes: int = 2_000_000  # stdout and stderr each, and any file written (RLIMIT_FSIZE)
     open_files: int = 64
+    processes: int = 16  # processes and threads of the run at once (RLIMIT_NPROC in the sandbox)
 
 
 @dataclass(frozen=True)
@@ -136,7 +176,7 @@ class SandboxResult:
 
 
 class SandboxError(ValueError):
-    """Bad input to the sandbox itself (e.g. a path escaping the tree)."""
+    """Bad input to the sandbox itself (e.g. a path escaping the tree), or no sandbox can be started."""
 
 
 # ----------------------------------------------------------------------------------------- the child
@@ -144,7 +184,7 @@ _CHILD = r'''
 import os, resource, signal, sys
 
 def _child(argv):
-    (MODE, ROOT, BASE, MARK, VIOL, UID, MEM, CPU, FSIZE, NOFILE, PER_TEST), ARGS = argv[:11], argv[11:]
+    (MODE, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), ARGS = argv[:11], argv[11:]
     MEM, CPU, FSIZE, NOFILE, PER_TEST = int(MEM), int(CPU), int(FSIZE), int(NOFILE), float(PER_TEST)
     def _lim(which, value):
         resource.setrlimit(which, (value, value))
@@ -153,11 +193,9 @@ def _child(argv):
     _lim(resource.RLIMIT_FSIZE, FSIZE)
     _lim(resource.RLIMIT_CORE, 0)
     _lim(resource.RLIMIT_NOFILE, NOFILE)
-    if UID != "-":
-        os.setgroups([])
-        os.setgid(int(UID))
-        os.setuid(int(UID))
-        _lim(resource.RLIMIT_NPROC, 0)
+    _lim(resource.RLIMIT_MSGQUEUE, 0)  # no POSIX message queues (they would outlive the run)
+    if NPROC != "-":
+        _lim(resource.RLIMIT_NPROC, int(NPROC))
 
     ROOT = os.path.realpath(ROOT)
     BASE = os.path.realpath(BASE)
@@ -280,7 +318,11 @@ def _child(argv):
         text = type(exc).__name__ + (": " + str(exc) if str(exc) else "")
         return "\n".join([text] + where[-3:])
 
+    _MEMORY = ("error", "stopped: memory limit exceeded")
+
     def _run(fn, tid):
+        # built before the code runs: reporting must not need memory the code may have used up
+        memline = ("\n" + VIOL + "memory: " + tid + " exceeded the " + str(MEM // 2**20) + " MiB limit\n").encode()
         signal.setitimer(signal.ITIMER_REAL, PER_TEST)
         try:
             fn()
@@ -289,8 +331,11 @@ def _child(argv):
             _mark("timeout", tid + " ran longer than " + str(PER_TEST) + " s")
             return "error", "stopped: ran longer than %s s (endless loop?)" % PER_TEST
         except MemoryError:
-            _mark("memory", tid + " exceeded the " + str(MEM // 2**20) + " MiB limit")
-            return "error", "stopped: memory limit exceeded"
+            try:
+                os.write(2, memline)
+            except OSError:
+                pass
+            return _MEMORY
         except BaseException as e:
             return "failed", _short(e)
         finally:
@@ -328,93 +373,506 @@ def _child(argv):
     _emit("<end>", "", "")
 '''
 
-# One fresh interpreter per run (fallback when the fork server is unavailable).
-_DIRECT = _CHILD + "\n_child(sys.argv[1:])\n"
 
-# The fork server: started once per parent process (inside the network namespace), it never runs
-# untrusted code itself; each request forks a child that sets up the sandbox and runs one job.
+# The fork server: PID 1 of its sandbox (weak mode: a plain process). It never runs untrusted code and
+# never holds a run's data. Protocol on stdin/stdout: it writes "ready"; then per run the parent writes
+# a header line "<body bytes> <wall seconds> <output limit>" followed by a JSON body, which the run's
+# child (not the server) reads; the server answers with one JSON line written by a reporter child.
 _ZYGOTE = _CHILD + r'''
-import datetime, re, time  # stdlib the generated tests use, imported once, before any untrusted code
-_fin = os.fdopen(0, "rb", buffering=0)
-_reply = os.dup(1)
-_buf = b""
-while True:
-    while b"\n" not in _buf:
-        chunk = _fin.read(65536)
-        if not chunk:
-            os._exit(0)
-        _buf += chunk
-    line, _, _buf = _buf.partition(b"\n")
-    req = line.decode().split("\x1f")
-    pid = os.fork()
-    if pid == 0:
+import datetime, json, re, select, shutil, stat, time  # stdlib the runs use, imported once, before any untrusted code
+
+
+def _readline():
+    data = b""
+    while not data.endswith(b"\n"):  # unbuffered: the body after the header belongs to the run's child
+        ch = os.read(0, 1)
+        if not ch:
+            return None
+        data += ch
+    return data
+
+
+def _send(data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view):]
+
+
+def _start(work, run, size, fds, base):
+    """The run's child: read the request, write the tree, then become the sandboxed runner."""
+    code = 70
+    try:
+        body = bytearray()
+        while len(body) < size:
+            chunk = os.read(0, size - len(body))
+            if not chunk:
+                raise EOFError("short request")
+            body += chunk
+        req = json.loads(bytes(body))
+        del body
+        os.setsid()
+        root = os.path.join(run, "w")
+        os.mkdir(root, 0o700)
+        for rel, content in req["files"].items():
+            full = os.path.normpath(os.path.join(root, rel))
+            if not full.startswith(root + os.sep):
+                raise ValueError("bad path")
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "w", encoding="utf-8") as f:
+                f.write(content)
+        os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for f in (null, *fds):
+            os.close(f)
+        argv = [req["mode"], root, base or root, *req["args"], *req["paths"]]
+        del req
         code = 0
+        _child(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        code = 70
+    try:
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(code)
+
+
+def _wait(pid, wall):
+    """True if the child was still running after `wall` seconds."""
+    try:
+        pfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pfd = None
+    if pfd is not None:
         try:
-            os.setsid()
-            fd = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(fd, 0)
-            out = os.open(req[0], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            err = os.open(req[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
-            for f in (fd, out, err, _reply):
-                os.close(f)
-            _child(req[2:])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            code = 70
+            return not select.select([pfd], [], [], wall)[0]
+        finally:
+            os.close(pfd)
+    deadline = time.monotonic() + wall
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _kill_all(pid, box):
+    try:
+        if box:
+            os.kill(-1, signal.SIGKILL)  # every process of the sandbox but PID 1 (this server)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _lines(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _wipe(path):
+    """Remove the run's directory, which the run may have made unreadable (or replaced by a link)."""
+    def open_up(d):
+        os.chmod(d, 0o700)  # only ever a real directory, and no process of the run is left to swap it
+        for e in os.scandir(d):
+            if e.is_dir(follow_symlinks=False):
+                open_up(e.path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    open_up(path)
+    shutil.rmtree(path)
+
+
+def _report(work, run, fds, limit, status, timed_out, duration, box, keys):
+    """The reporter child: outputs back to the parent, the run's directory removed, leftovers checked."""
+    code = 1
+    try:
+        reply = {"status": status, "timed_out": timed_out, "duration": duration}
+        for name, fd in zip(("out", "err"), fds):
+            data = os.pread(fd, limit + 1, 0)
+            reply[name] = data[:limit].decode("utf-8", "replace")
+            reply[name + "_cut"] = len(data) > limit
+            os.close(fd)
+        residue = []
         try:
-            sys.stderr.flush()
-        except BaseException:
-            pass
+            _wipe(run)
+        except Exception as e:
+            residue.append("files (%s)" % type(e).__name__)
+        if os.listdir(work):
+            residue.append("files")
+        if box:
+            for kind in ("shm", "msg", "sem"):
+                if _lines("/proc/sysvipc/" + kind) > 1:
+                    residue.append("System V " + kind)
+            if _lines("/proc/keys") != keys:
+                residue.append("keys")
+            if [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]:
+                residue.append("processes")
+        reply["residue"] = residue
+        _send(json.dumps(reply).encode() + b"\n")
+        code = 0
+    finally:
         os._exit(code)
-    os.write(_reply, b"%d\n" % pid)
-    _, status = os.waitpid(pid, 0)
-    os.write(_reply, b"%d\n" % status)
+
+
+def _serve(work, kind, persistent):
+    box = kind == "box" and os.getpid() == 1
+    if box:
+        import ctypes
+        if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: no ptrace, no /proc/1/mem
+            raise SystemExit("prctl(PR_SET_DUMPABLE) failed")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keys = _lines("/proc/keys") if box else 0
+    base = None if box else os.path.dirname(work)  # weak mode: the hook refuses other servers' directories
+    _send(b"ready\n")
+    while True:
+        header = _readline()
+        if header is None:
+            return
+        size, wall, limit = header.split()
+        size, wall, limit = int(size), float(wall), int(limit)
+        run = os.path.join(work, "run")
+        os.mkdir(run, 0o700)
+        os.mkdir(os.path.join(run, "tmp"), 0o700)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fds = [os.open(os.path.join(run, name), flags, 0o600) for name in ("out", "err")]
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _start(work, run, size, fds, base)
+        timed_out = _wait(pid, wall)
+        if timed_out:
+            _kill_all(pid, box)
+        _, status = os.waitpid(pid, 0)
+        duration = time.monotonic() - started
+        _kill_all(pid, box)
+        while box:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+        rpid = os.fork()
+        if rpid == 0:
+            _report(work, run, fds, limit, status, timed_out, duration, box, keys)
+        for fd in fds:
+            os.close(fd)
+        _, rstatus = os.waitpid(rpid, 0)
+        if rstatus != 0:
+            _send(b'{"error": "the sandbox reporter failed", "residue": ["reporter"]}\n')
+        if not persistent:
+            return
+
+
+_serve(sys.argv[1], sys.argv[2], sys.argv[3] == "persist")
 '''
 
 
 # ---------------------------------------------------------------------------------------- the parent
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC"}  # all a sandbox process is started with
+
+
+def _weak() -> bool:
+    return os.environ.get(WEAK_ENV, "") == "1"
+
+
+def _per_run() -> bool:
+    return os.environ.get(PER_RUN_ENV, "") == "1"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How to start the fork server on this host."""
+
+    kind: str  # "box" (bwrap) | "weak"
+    argv: tuple[str, ...]  # up to and including the interpreter's flags; "-c", source and arguments follow
+    work: str | None  # the work area as seen by the server; None: a fresh host directory per server
+    user: int | None  # start the command as this uid/gid (root parent); None: as we are
+    layers: tuple[str, ...]
+    mountpoint: str | None = None  # empty directory the interpreter's prefix is bound on (staged start)
+
+
 @cache
 def _unshare_prefix() -> tuple[str, ...]:
-    """`unshare` argv prefix giving the child its own empty network namespace, or () if unavailable."""
+    """`unshare` argv prefix giving a process its own empty network namespace, or () (weak mode only)."""
     exe = shutil.which("unshare")
     if not exe:
         return ()
     argv = (exe, "--net") if os.geteuid() == 0 else (exe, "--map-root-user", "--net")
     try:
-        ok = subprocess.run([*argv, "true"], capture_output=True, timeout=10, check=False).returncode == 0
+        ok = subprocess.run([*argv, "true"], capture_output=True, timeout=10, check=False, env=_ENV).returncode == 0
     except (OSError, subprocess.SubprocessError):
         ok = False
     return argv if ok else ()
 
 
 @cache
-def _drop_uid() -> int | None:
-    """Run as `nobody` when the parent is root and `nobody` can still read the interpreter's stdlib
-    (a Python installed under a private home directory cannot be used after the drop)."""
-    if os.geteuid() != 0:
-        return None
-    path = os.path.dirname(os.__file__)
+def _weak_plan() -> _Plan:
+    net = _unshare_prefix()
+    layers = ("weak", "rlimits", "audit-hook", "temp-dir", "wall-clock") + (("netns",) if net else ())
+    return _Plan("weak", (*net, sys.executable, "-I", "-S", "-B"), None, None, layers)
+
+
+def _reachable_by_nobody(path: str) -> bool:
+    """Whether uid 65534 can traverse every directory down to `path` and read it."""
     while True:
         mode = os.stat(path).st_mode
         if not mode & stat.S_IXOTH or not mode & stat.S_IROTH:
-            return None
+            return False
         parent = os.path.dirname(path)
         if parent == path:
-            return NOBODY
+            return True
         path = parent
 
 
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+@cache
+def _box_plan() -> _Plan | str:
+    """The bwrap command that starts a sandbox here, or why there is none."""
+    bwrap = shutil.which("bwrap", path=_ENV["PATH"]) or shutil.which("bwrap")
+    if not bwrap:
+        return "bwrap is not installed (Debian package bubblewrap: apt-get install -y bubblewrap)"
+    try:
+        usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, env=_ENV, check=False).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"bwrap does not run: {e}"
+    prefix = os.path.realpath(sys.base_prefix)
+    exe = os.path.realpath(sys.executable)
+    if not _under(exe, prefix):  # a venv's python links to the base interpreter; fall back to its usual name
+        exe = os.path.join(prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
+    if not os.access(exe, os.X_OK):
+        return f"no interpreter at {exe}"
+    mounts = ["--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            mounts += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            mounts += ["--ro-bind", d, d]
+    mounts += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    stage: list[str] = []
+    user = NOBODY if os.geteuid() == 0 else None  # uid 0 outside would exempt the sandbox from RLIMIT_NPROC
+    if not _under(prefix, "/usr"):
+        source = prefix
+        if user is not None and not _reachable_by_nobody(prefix):
+            # e.g. a pyenv under /root (0700): bind it on a path nobody can reach, in a private mount namespace
+            tools = {t: shutil.which(t, path=_ENV["PATH"]) for t in ("unshare", "setpriv", "sh")}
+            if not all(tools.values()):
+                return f"uid 65534 cannot read the interpreter under {prefix}, and unshare/setpriv are missing to bind it"
+            source = os.path.join(BASE_DIR, "python")
+            script = 'mount --bind -o ro "$0" "$1" && shift && exec "$@"'
+            stage = [tools["unshare"], "-m", "--propagation", "private", "--", tools["sh"], "-c", script, prefix, source,
+                     tools["setpriv"], f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", "--"]
+            user = None  # setpriv drops to 65534 after the mount
+        mounts += ["--ro-bind", source, prefix]
+    optional = []
+    if "--disable-userns" in usage:
+        optional += ["--unshare-user", "--disable-userns"]
+    work = ["--tmpfs", BOX_WORK]
+    if "--size" in usage and "--perms" in usage:
+        work = ["--perms", "0700", "--size", str(WORK_MB << 20), *work]
+    argv = (
+        *stage, bwrap, "--unshare-all", *optional, "--uid", str(NOBODY), "--gid", str(NOBODY),
+        "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv",
+        "--setenv", "PATH", _ENV["PATH"], "--setenv", "LANG", "C.UTF-8", "--setenv", "TZ", "UTC", "--setenv", "HOME", BOX_WORK,
+        *mounts, "--proc", "/proc", "--dev", "/dev", *work, "--symlink", BOX_WORK + "/run/tmp", "/tmp",
+        "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", BOX_WORK,
+        exe, "-I", "-S", "-B",
+    )
+    layers = ("bwrap", "userns", "pidns", "netns", "ipcns", "mountns", "uid-65534", "rlimits", "nproc",
+              "audit-hook", "temp-dir", "wall-clock")
+    return _Plan("box", argv, BOX_WORK, user, layers, source if stage else None)
+
+
+def _plan() -> _Plan:
+    if _weak():
+        return _weak_plan()
+    plan = _box_plan()
+    if isinstance(plan, str):
+        raise SandboxError(
+            f"the sandbox for model-written code is unavailable: {plan}. Install bubblewrap, or set {WEAK_ENV}=1 "
+            "for the weak development mode (audit hook only; not safe for model code)"
+        )
+    return plan
+
+
 def isolation() -> tuple[str, ...]:
-    """The isolation layers active on this host (for reports and tests)."""
-    layers = ["rlimits", "audit-hook", "temp-dir", "wall-clock"]
-    if _drop_uid() is not None:
-        layers.append("uid-nobody")
-    if _unshare_prefix():
-        layers.append("netns")
-    return tuple(layers)
+    """The isolation layers runs get on this host (for reports and tests); () if runs are refused."""
+    try:
+        return _plan().layers
+    except SandboxError:
+        return ()
+
+
+class _StartError(OSError):
+    pass
+
+
+class _Server:
+    """One sandbox holding a fork server: persistent (one per parent process) or for a single run."""
+
+    def __init__(self, plan: _Plan, persistent: bool) -> None:
+        self.plan, self.owner, self._buf = plan, os.getpid(), b""
+        self.workdir = None
+        if plan.work is None:  # weak mode: a private host directory
+            os.makedirs(BASE_DIR, mode=0o711, exist_ok=True)
+            self.workdir = tempfile.mkdtemp(prefix="weak-", dir=BASE_DIR)
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        ids = {} if plan.user is None else {"user": plan.user, "group": plan.user, "extra_groups": []}
+        argv = [*plan.argv, "-c", _ZYGOTE, plan.work or self.workdir or "", plan.kind, "persist" if persistent else "once"]
+        try:
+            if plan.mountpoint:
+                os.makedirs(BASE_DIR, mode=0o711, exist_ok=True)
+                os.chmod(BASE_DIR, 0o711)
+                os.makedirs(plan.mountpoint, mode=0o755, exist_ok=True)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=_ENV, cwd="/",
+                start_new_session=True, close_fds=True, **ids,
+            )
+        except OSError as e:
+            self._err.close()
+            if self.workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise _StartError(str(e)) from None
+        try:
+            line = self._line(time.monotonic() + 30)
+        except OSError:
+            line = None
+        if line != b"ready":
+            why = self._stderr() or "no answer"
+            self.close()
+            raise _StartError(why)
+
+    def _stderr(self) -> str:
+        self._err.seek(0)
+        return self._err.read(4000).decode("utf-8", "replace").strip()
+
+    def _line(self, deadline: float) -> bytes | None:
+        """The next line from the server, None at the deadline; OSError if it exited."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise OSError(f"the sandbox exited: {self._stderr()}".rstrip(": "))
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def run(self, body: bytes, wall_s: float, limit: int) -> dict | None:
+        """The server's reply for one run; None if it stopped answering (the sandbox is then killed)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"%d %r %d\n" % (len(body), float(wall_s), limit) + body)
+        self.proc.stdin.flush()
+        line = self._line(time.monotonic() + wall_s + 30)
+        if line is None:
+            self.close()
+            return None
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.owner != os.getpid():
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap; --die-with-parent takes the sandbox with it
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self._err):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class _Zygote:
+    """The persistent sandbox of this process (replaced when it dies, leaves residue, or the process forked)."""
+
+    _lock = threading.Lock()
+    _server: _Server | None = None
+    _proc: subprocess.Popen[bytes] | None = None  # the server's process (for tests)
+    failures = 0
+
+    @classmethod
+    def reset(cls) -> None:
+        if cls._server is not None:
+            cls._server.close()
+        cls._server, cls._proc = None, None
+
+    @classmethod
+    def _after_fork(cls) -> None:  # in a forked child: the parent's sandbox is not ours
+        cls._lock, cls._server, cls._proc = threading.Lock(), None, None
+
+    @classmethod
+    def run(cls, plan: _Plan, body: bytes, wall_s: float, limit: int) -> dict | None:
+        if not _per_run():
+            with cls._lock:
+                server = cls._server
+                if server is None or not server.alive() or server.plan != plan:
+                    cls.reset()
+                    if cls.failures < 3:
+                        try:
+                            server = cls._server = _Server(plan, persistent=True)
+                            cls._proc = server.proc
+                        except _StartError:
+                            cls.failures += 1
+                            server = None
+                if server is not None:
+                    try:
+                        reply = server.run(body, wall_s, limit)
+                    except (OSError, ValueError):  # the server died under the run: retry once in a fresh sandbox
+                        cls.failures += 1
+                        cls.reset()
+                    else:
+                        if reply is None or reply.get("residue") or "error" in reply:
+                            cls.reset()  # a fresh sandbox for the next run
+                        return reply
+        return cls._once(plan, body, wall_s, limit)
+
+    @staticmethod
+    def _once(plan: _Plan, body: bytes, wall_s: float, limit: int) -> dict | None:
+        try:
+            server = _Server(plan, persistent=False)
+        except _StartError as e:
+            raise SandboxError(
+                f"the sandbox for model-written code cannot start: {e}. Model code is not run without it "
+                f"(set {WEAK_ENV}=1 for the weak development mode)"
+            ) from None
+        try:
+            return server.run(body, wall_s, limit)
+        except (OSError, ValueError) as e:
+            return {"error": f"the sandbox failed: {e}"}
+        finally:
+            server.close()
+
+
+os.register_at_fork(after_in_child=_Zygote._after_fork)
+atexit.register(_Zygote.reset)
 
 
 def _safe_rel(path: str) -> str:
@@ -424,159 +882,24 @@ def _safe_rel(path: str) -> str:
     return str(p)
 
 
-def _write_tree(root: str, files: Mapping[str, str], uid: int | None) -> None:
-    for rel, content in files.items():
-        full = os.path.join(root, _safe_rel(rel))
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "w", encoding="utf-8") as f:
-            f.write(content)
-    os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
-    if uid is not None:
-        for d, dirs, names in os.walk(root):
-            os.chown(d, uid, uid)
-            for n in names:
-                os.chown(os.path.join(d, n), uid, uid)
-
-
-_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC"}
-
-
-class _Zygote:
-    """The fork server of this process (restarted if it dies or the process forked)."""
-
-    _lock = threading.Lock()
-    _proc: subprocess.Popen[bytes] | None = None
-    _owner = 0
-    _buf = b""
-    failures = 0
-
-    @classmethod
-    def reset(cls) -> None:
-        with cls._lock:
-            cls.failures += 1
-            if cls._proc is not None and cls._owner == os.getpid():
-                cls._stop(cls._proc)
-            cls._proc = None
-
-    @classmethod
-    def _start(cls) -> subprocess.Popen[bytes]:
-        if cls._proc is not None and cls._owner == os.getpid() and cls._proc.poll() is None:
-            return cls._proc
-        argv = [*_unshare_prefix(), sys.executable, "-I", "-S", "-B", "-c", _ZYGOTE]
-        cls._proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV,
-            cwd=BASE_DIR, start_new_session=True, close_fds=True,
-        )
-        cls._owner, cls._buf = os.getpid(), b""
-        atexit.register(cls._stop, cls._proc)
-        return cls._proc
-
-    @staticmethod
-    def _stop(proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-    @classmethod
-    def _line(cls, proc: subprocess.Popen[bytes], deadline: float | None) -> int | None:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        while b"\n" not in cls._buf:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
-                return None
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                raise OSError("fork server exited")
-            cls._buf += chunk
-        line, _, cls._buf = cls._buf.partition(b"\n")
-        return int(line)
-
-    @classmethod
-    def run(cls, out: str, err: str, args: list[str], wall_s: float) -> tuple[int | None, bool]:
-        """(exit status as returncode, timed out)."""
-        with cls._lock:
-            proc = cls._start()
-            assert proc.stdin is not None
-            proc.stdin.write("\x1f".join([out, err, *args]).encode() + b"\n")
-            proc.stdin.flush()
-            pid = cls._line(proc, time.monotonic() + 30)
-            if pid is None:
-                raise OSError("fork server did not answer")
-            status = cls._line(proc, time.monotonic() + wall_s)
-            timed_out = status is None
-            if timed_out:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                status = cls._line(proc, time.monotonic() + 30)
-                if status is None:
-                    raise OSError("fork server hung")
-            return os.waitstatus_to_exitcode(status), timed_out
-
-
-def _direct(root: str, out: str, err: str, args: list[str], wall_s: float) -> tuple[int | None, bool]:
-    argv = [*_unshare_prefix(), sys.executable, "-I", "-S", "-B", "-c", _DIRECT, *args]
-    with open(out, "wb") as fo, open(err, "wb") as fe:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, cwd=root, env=_ENV,
-            start_new_session=True, close_fds=True,
-        )
-        try:
-            return proc.wait(timeout=wall_s), False
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            return None, True
-
-
-def _read_capped(path: str, limit: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
-    return text[:limit] + ("\n...[output truncated]" if len(data) > limit else "")
-
-
 def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) -> SandboxResult:
-    uid = _drop_uid()
-    os.makedirs(BASE_DIR, mode=0o711, exist_ok=True)
-    run_dir = tempfile.mkdtemp(prefix="run-", dir=BASE_DIR)
-    try:
-        os.chmod(run_dir, 0o711)
-        root = os.path.join(run_dir, "w")
-        os.mkdir(root)
-        _write_tree(root, files, uid)
-        out, err = os.path.join(run_dir, "out"), os.path.join(run_dir, "err")
-        args = [
-            mode, root, BASE_DIR, MARK, VIOLATION, "-" if uid is None else str(uid),
-            str(limits.memory_mb * 2**20), str(limits.cpu_s), str(limits.output_bytes), str(limits.open_files),
-            str(limits.per_test_s), *paths,
-        ]
-        started = time.monotonic()
-        returncode: int | None = None
-        ran = False
-        while not ran and _Zygote.failures < 3:
-            try:
-                returncode, timed_out = _Zygote.run(out, err, args, limits.wall_s)
-                ran = True
-            except OSError:
-                _Zygote.reset()  # a fresh fork server next time; after 3 failures, one interpreter per run
-        if not ran:
-            started = time.monotonic()
-            returncode, timed_out = _direct(root, out, err, args, limits.wall_s)
-        duration = time.monotonic() - started
-        stdout = _read_capped(out, limits.output_bytes)
-        stderr = _read_capped(err, limits.output_bytes)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    plan = _plan()
+    tree = {_safe_rel(rel): content for rel, content in files.items()}
+    args = [
+        MARK, VIOLATION, str(limits.processes + 1) if plan.kind == "box" else "-",  # +1: the fork server
+        str(limits.memory_mb * 2**20), str(limits.cpu_s), str(limits.output_bytes), str(limits.open_files),
+        str(limits.per_test_s),
+    ]
+    body = json.dumps({"files": tree, "mode": mode, "args": args, "paths": paths}).encode()
+    reply = _Zygote.run(plan, body, limits.wall_s, limits.output_bytes)
+    if reply is None:  # the sandbox itself stopped answering; it was killed
+        return SandboxResult(None, "", "", float(limits.wall_s), timed_out=True, completed=False, isolation=plan.layers)
+    if "error" in reply:
+        return SandboxResult(None, "", str(reply["error"]), 0.0, violations=(f"sandbox: {reply['error']}",),
+                             completed=False, isolation=plan.layers)
+    timed_out = bool(reply["timed_out"])
+    stdout = reply["out"] + ("\n...[output truncated]" if reply["out_cut"] else "")
+    stderr = reply["err"] + ("\n...[output truncated]" if reply["err_cut"] else "")
     tests: dict[str, TestResult] = {}
     completed = False
     plain: list[str] = []
@@ -598,15 +921,15 @@ def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) 
     if not timed_out and not completed and "MemoryError" in stderr:
         violations += ("memory: the run exceeded the memory limit",)
     return SandboxResult(
-        returncode=None if timed_out else returncode,
+        returncode=None if timed_out else os.waitstatus_to_exitcode(int(reply["status"])),
         stdout="\n".join(plain),
         stderr="\n".join(line for line in stderr.splitlines() if not line.startswith(VIOLATION)).strip(),
-        duration_s=round(duration, 3),
+        duration_s=round(float(reply["duration"]), 3),
         timed_out=timed_out,
         violations=violations,
         tests=tuple(tests.values()),
         completed=completed,
-        isolation=isolation(),
+        isolation=plan.layers,
     )
 
 

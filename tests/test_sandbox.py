@@ -1,0 +1,557 @@
+"""The sandbox for model-written code contains hostile code (tasks/sandbox.py).
+
+Every hostile snippet runs through `run_python` and through `run_tests` (as the body of a test function),
+and each case asserts on effects on the host: the file outside was not written, the secret and the fake
+API key never came back, nothing connected to the host's listener, the run was stopped with a reason
+where it should be, and afterwards no process of the run is left (scanned by a marker in the command
+line and by the sandbox's PID namespace). Most snippets first switch the in-sandbox audit hook off (the
+bypasses that defeated it alone), so what is tested is the kernel isolation.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+
+from tasks import sandbox
+
+FAKE_KEY = "sk-fake-" + uuid.uuid4().hex
+SECRET = "coevolve-store-secret-" + uuid.uuid4().hex
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = sandbox.Limits(wall_s=4.0, per_test_s=3.0, cpu_s=4)
+ROOMY = sandbox.Limits(wall_s=30.0, per_test_s=25.0, cpu_s=25)  # time is not what should stop a memory bomb
+
+# Switch the audit hook off the way that defeated it: its re-entrancy flag, found through gc.
+OFF_GC = '''
+import gc
+for _o in gc.get_objects():
+    if getattr(_o, "__name__", None) == "_hook" and getattr(_o, "__closure__", None):
+        for _c in _o.__closure__:
+            if isinstance(_c.cell_contents, list) and _c.cell_contents == [False]:
+                _c.cell_contents[0] = True
+'''
+# ... or through the frames of the runner.
+OFF_FRAME = '''
+import sys
+_f = sys._getframe()
+while _f is not None:
+    if _f.f_code.co_name == "_child":
+        _f.f_locals["_busy"][0] = True
+    _f = _f.f_back
+'''
+READ_SECRETS = '''
+import os
+for _p in ("SECRET_PATH", "WORKDIR/pyproject.toml", "/root/.bashrc", "/root/.npmrc", "/root/.ssh", "/etc/shadow"):
+    try:
+        print("READ", _p, open(_p).read())
+    except OSError as _e:
+        print("DENIED", _p, _e)
+'''
+WRITE_OUTSIDE = '''
+for _p in ("OUTSIDE/MARKER.txt", "/tmp/MARKER.txt", "WORKDIR/MARKER.txt", "/root/MARKER.txt"):
+    try:
+        with open(_p, "w") as _f:
+            _f.write("pwned")
+        print("WROTE", _p)
+    except OSError as _e:
+        print("DENIED", _p, _e)
+'''
+
+CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    # name: (snippet, words one of which the `stopped` reason must contain; () = no stop required)
+    "fork_exec": ('''
+import _posixsubprocess, os, time
+r, w = os.pipe()
+argv = [b"/bin/sh", b"-c", b"echo pwned > OUTSIDE/MARKER.txt; cat SECRET_PATH; sleep 60 # MARKER"]
+pid = _posixsubprocess.fork_exec(argv, [b"/bin/sh"], True, (w,), None, None, -1, -1, -1, -1, -1, -1, r, w,
+                                 True, True, -1, None, None, None, -1, None, True)
+print("spawned", pid)
+time.sleep(0.3)
+''', ()),
+    "gc_flag_flip": (OFF_GC + READ_SECRETS + WRITE_OUTSIDE, ()),
+    "frame_flag_flip": (OFF_FRAME + READ_SECRETS + WRITE_OUTSIDE, ()),
+    "monkeypatch_isinstance": ('''
+import builtins
+builtins.isinstance = lambda obj, kind: True
+''' + WRITE_OUTSIDE + READ_SECRETS, ()),
+    "monkeypatch_realpath": ('''
+import os
+_here = os.getcwd()
+os.path.realpath = lambda path, *a, **k: _here
+''' + WRITE_OUTSIDE + READ_SECRETS, ()),
+    "open_dir_fd": ('''
+import os
+root = os.open("/", os.O_RDONLY)
+for rel in ("OUTSIDE/MARKER.txt".lstrip("/"), "tmp/MARKER.txt", "WORKDIR/MARKER.txt".lstrip("/")):
+    try:
+        fd = os.open(rel, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=root)
+        os.write(fd, b"pwned")
+        print("WROTE", rel)
+    except OSError as e:
+        print("DENIED", rel, e)
+for rel in ("SECRET_PATH".lstrip("/"), "WORKDIR/pyproject.toml".lstrip("/")):
+    try:
+        print("READ", os.read(os.open(rel, os.O_RDONLY, dir_fd=root), 10000))
+    except OSError as e:
+        print("DENIED", rel, e)
+''', ()),
+    "symlink_and_link_outside": (OFF_GC + '''
+import os
+for i, target in enumerate(("SECRET_PATH", "WORKDIR/pyproject.toml", "/root/.bashrc", "/proc/1/environ")):
+    for make in (os.symlink, os.link):
+        name = "l%d%s" % (i, make.__name__)
+        try:
+            make(target, name)
+            print("READ", name, open(name).read())
+        except OSError as e:
+            print("DENIED", name, e)
+for i, target in enumerate(("OUTSIDE/MARKER.txt", "/tmp/MARKER.txt", "WORKDIR/MARKER.txt")):
+    try:
+        os.symlink(target, "w%d" % i)
+        with open("w%d" % i, "w") as f:
+            f.write("pwned")
+    except OSError as e:
+        print("DENIED", target, e)
+''', ()),
+    "read_store_secret": (READ_SECRETS + OFF_GC + READ_SECRETS + '''
+import os
+for d in ("SECRET_PATH".rsplit("/", 1)[0], "/tmp", "/", "/work", "WORKDIR"):
+    try:
+        print("LIST", d, os.listdir(d))
+    except OSError as e:
+        print("DENIED", d, e)
+''', ()),
+    "read_home": (OFF_GC + '''
+import os
+for d, dirs, files in os.walk("/root"):
+    print("WALK", d, dirs, files)
+    for name in files:
+        try:
+            print("READ", open(os.path.join(d, name), "rb").read(200))
+        except OSError as e:
+            print("DENIED", name, e)
+    if d.count("/") > 4:
+        break
+''', ()),
+    "read_environ": (OFF_GC + '''
+import os
+print("ENV", dict(os.environ))
+for pid in sorted({"1", "self", str(os.getppid()), "PPID"} | {p for p in os.listdir("/proc") if p.isdigit()}):
+    for what in ("environ", "cmdline"):
+        try:
+            print("READ", pid, what, open("/proc/%s/%s" % (pid, what), "rb").read())
+        except OSError as e:
+            print("DENIED", pid, what, e)
+''', ()),
+    "fork_bomb": (OFF_GC + '''
+import os, time
+n = 0
+for i in range(500):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    n += 1
+print("FORKED", n)
+while True:
+    time.sleep(0.1)
+''', ("wall-clock", "ran longer", "timeout")),
+    "memory_bomb": ('''
+hog = []
+while True:
+    hog.append(bytearray(2**24))
+''', ("memory",)),
+    "endless_loop": ('''
+while True:
+    pass
+''', ("wall-clock", "ran longer", "timeout")),
+    "socket_naive": ('''
+import socket
+socket.create_connection(("127.0.0.1", PORT), timeout=1)
+''', ("network",)),
+    "socket_local_and_outside": (OFF_GC + '''
+import socket
+for host, port in (("127.0.0.1", PORT), ("1.1.1.1", 53), ("8.8.8.8", 443)):
+    try:
+        socket.create_connection((host, port), timeout=1).sendall(b"MARKER")
+        print("CONNECTED", host)
+    except OSError as e:
+        print("REFUSED", host, e)
+try:
+    print("RESOLVED", socket.getaddrinfo("example.com", 80))
+except OSError as e:
+    print("NO DNS", e)
+''', ()),
+    "write_outside_naive": (WRITE_OUTSIDE.replace("except OSError", "except ZeroDivisionError"), ("filesystem",)),
+    "write_outside_bypassed": (OFF_GC + WRITE_OUTSIDE, ()),
+    "daemon": (OFF_GC + '''
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sh", ["sh", "-c", "while :; do echo pwned > OUTSIDE/MARKER.txt; sleep 0.2; done # MARKER"])
+    os._exit(0)
+if os.fork() == 0:  # a pure-Python one too (no exec, so no marker in its command line)
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            time.sleep(0.05)
+            try:
+                open("OUTSIDE/MARKER.txt", "w").write("pwned")
+            except OSError:
+                pass
+    os._exit(0)
+time.sleep(0.3)
+print("DAEMONS STARTED")
+''', ()),
+    "attack_fork_server": (OFF_GC + '''
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+print("PTRACE", libc.ptrace(16, 1, 0, 0), ctypes.get_errno())
+for path in ("/proc/1/mem", "/proc/1/environ"):
+    try:
+        open(path, "r+b")
+        print("OPENED", path)
+    except OSError as e:
+        print("DENIED", path, e)
+for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSTOP):
+    try:
+        os.kill(1, sig)
+    except OSError as e:
+        print("DENIED", sig, e)
+print("UNSHARE", libc.unshare(0x10000000), ctypes.get_errno())
+''', ()),
+}
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _with_marker(marker: str) -> list[int]:
+    return [p for p in _all_pids() if p != os.getpid() and marker.encode() in _read(f"/proc/{p}/cmdline")]
+
+
+def _sandbox_leftovers() -> list[int]:
+    """Processes of the persistent sandbox other than its fork server (none may outlive a run)."""
+    proc = sandbox._Zygote._proc
+    if proc is None or proc.poll() is not None:
+        return []
+    parent: dict[int, int] = {}
+    for p in _all_pids():
+        stat = _read(f"/proc/{p}/stat").decode(errors="replace")
+        if stat:
+            parent[p] = int(stat.rsplit(")", 1)[1].split()[1])
+    inside = set()
+    frontier = {proc.pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - inside
+        inside |= frontier
+    server = [p for p in inside if _read(f"/proc/{p}/status").decode().split("NSpid:")[-1].split("\n")[0].split()[-1:] == ["1"]]
+    return sorted(inside - set(server))
+
+
+def _wait_gone(check, timeout=5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := check()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture(scope="module")
+def host():
+    """The parent's secrets and listeners: a fake API key in the environment (set before the sandbox
+    starts), a secret file in a 'store' outside any run, a world-writable directory outside, and a TCP
+    listener on 127.0.0.1 that records connections."""
+    import tempfile
+
+    old = os.environ.get("COEVOLVE_TEST_FAKE_KEY")
+    os.environ["COEVOLVE_TEST_FAKE_KEY"] = FAKE_KEY
+    sandbox._Zygote.reset()  # the next sandbox starts from a parent that holds the key
+    top = tempfile.mkdtemp(prefix="coevolve-sandbox-test-")
+    os.chmod(top, 0o755)
+    store = os.path.join(top, "store")
+    os.mkdir(store)
+    secret_path = os.path.join(store, "secret.txt")
+    with open(secret_path, "w") as f:
+        f.write(SECRET)
+    outside = os.path.join(top, "outside")
+    os.mkdir(outside)
+    os.chmod(outside, 0o777)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[bytes] = []
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn.recv(100) or b"<connected>")
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield {"secret_path": secret_path, "outside": outside, "port": listener.getsockname()[1], "accepted": accepted}
+    listener.close()
+    import shutil
+
+    shutil.rmtree(top, ignore_errors=True)
+    if old is None:
+        os.environ.pop("COEVOLVE_TEST_FAKE_KEY", None)
+    else:
+        os.environ["COEVOLVE_TEST_FAKE_KEY"] = old
+    sandbox._Zygote.reset()
+
+
+def _source(snippet: str, host: dict, marker: str) -> str:
+    for token, value in (("SECRET_PATH", host["secret_path"]), ("OUTSIDE", host["outside"]), ("MARKER", marker),
+                         ("WORKDIR", PROJECT), ("PPID", str(os.getpid())), ("PORT", str(host["port"]))):
+        snippet = snippet.replace(token, value)
+    return snippet
+
+
+def _run_case(name: str, api: str, host: dict) -> tuple[sandbox.SandboxResult, str]:
+    marker = "coevolve-mark-" + uuid.uuid4().hex[:12]
+    snippet, _ = CASES[name]
+    code = _source(snippet, host, marker)
+    limits = ROOMY if name == "memory_bomb" else QUICK
+    if api == "run_python":
+        result = sandbox.run_python({"evil.py": code}, "evil.py", limits)
+    else:
+        test = "def test_evil():\n" + textwrap.indent(code, "    ") + "\n\n\ndef test_after():\n    assert True\n"
+        result = sandbox.run_tests({"tests/test_evil.py": test}, ["tests/test_evil.py"], limits)
+    return result, marker
+
+
+def _assert_contained(result: sandbox.SandboxResult, marker: str, host: dict) -> None:
+    seen = result.stdout + result.stderr + result.report(max_chars=10**7)
+    assert FAKE_KEY not in seen, "the parent's API key came back"
+    assert SECRET not in seen, "the store's secret came back"
+    assert "Co-evolve an LLM agent" not in seen, "a project file came back"
+    assert "CONNECTED" not in seen and "OPENED" not in seen, seen[-3000:]
+    wrote = [line for line in seen.splitlines() if line.startswith("WROTE")]
+    assert all(line.split()[1].startswith(("/tmp/", "tmp/")) for line in wrote), wrote  # the sandbox's own /tmp only
+    assert not host["accepted"], f"the host listener got a connection: {host['accepted']}"
+    time.sleep(0.3)  # a surviving daemon would write again by now
+    assert os.listdir(host["outside"]) == [], "a file outside the run was written"
+    for path in (f"/tmp/{marker}.txt", os.path.join(PROJECT, f"{marker}.txt"), f"/root/{marker}.txt"):
+        assert not os.path.exists(path), f"{path} was written"
+    assert not _wait_gone(lambda: _with_marker(marker)), "a process of the run outlived it"
+    assert not _wait_gone(_sandbox_leftovers), "a process of the run outlived it (sandbox PID namespace)"
+
+
+# -------------------------------------------------------------------------------------- hostile cases
+@pytest.mark.parametrize("api", ["run_python", "run_tests"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_code_is_contained(name, api, host):
+    result, marker = _run_case(name, api, host)
+    _assert_contained(result, marker, host)
+    reasons = CASES[name][1]
+    if reasons:
+        assert result.stopped and any(r in result.stopped for r in reasons), (result.stopped, result.report())
+    assert "bwrap" in result.isolation
+    # the sandbox still works afterwards
+    assert sandbox.run_tests({"t/test_ok.py": "def test_ok():\n    assert True\n"}, ["t/test_ok.py"]).all_passed
+
+
+def test_fork_bomb_is_held_to_the_process_limit_and_killed_at_the_wall_clock(host):
+    marker = "coevolve-mark-" + uuid.uuid4().hex[:12]
+    limits = sandbox.Limits(wall_s=3.0, per_test_s=60.0, cpu_s=30, processes=8)
+    started = time.monotonic()
+    result = sandbox.run_python({"bomb.py": _source(CASES["fork_bomb"][0], host, marker)}, "bomb.py", limits)
+    forked = [int(line.split()[1]) for line in result.stderr.splitlines() if line.startswith("FORKED")]
+    assert forked and forked[0] <= limits.processes, result.stderr[-2000:]
+    assert result.timed_out and "wall-clock" in (result.stopped or "")
+    assert time.monotonic() - started < limits.wall_s + 3
+    _assert_contained(result, marker, host)
+
+
+def test_sandbox_shows_nothing_of_the_host(host):
+    code = OFF_GC + '''
+import os
+print("UID", os.getuid(), os.getgid())
+print("ROOT", sorted(os.listdir("/")))
+print("PROCS", sorted(p for p in os.listdir("/proc") if p.isdigit()))
+print("HOME", os.listdir("/root") if os.path.isdir("/root") else [])
+'''
+    r = sandbox.run_python({"a.py": code}, "a.py")
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in r.stderr.splitlines() if " " in line}
+    assert lines["UID"] == "65534 65534"
+    assert set(eval(lines["ROOT"])) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "sandbox", "sbin", "tmp", "usr"}
+    assert len(eval(lines["PROCS"])) <= 2  # the fork server and the run
+    assert eval(lines["HOME"]) in ([], [".pyenv"])
+
+
+# ------------------------------------------------------------------------- isolation between runs
+def test_a_run_leaves_nothing_for_the_next(host):
+    token = "coevolve-prev-run-" + uuid.uuid4().hex
+    first = OFF_GC + f'''
+import ctypes, os, time
+TOKEN = {token!r}
+for path in ("/tmp/left.txt", "/sandbox/left.txt", "../left.txt", "/dev/shm/left.txt", "/left.txt"):
+    try:
+        open(path, "w").write(TOKEN)
+    except OSError as e:
+        print("DENIED", path, e)
+libc = ctypes.CDLL(None, use_errno=True)
+print("SHM", libc.shmget(0x5eed, 4096, 0o1666))
+print("MQ", libc.mq_open(b"/left", 0o102, 0o600, None) if hasattr(libc, "mq_open") else "n/a", ctypes.get_errno())
+if os.fork() == 0:
+    os.setsid()
+    while True:
+        time.sleep(0.05)
+'''
+    second = OFF_GC + f'''
+import gc, os
+TOKEN = "".join([{token[:10]!r}, {token[10:]!r}])
+found = []
+for path in ("/tmp/left.txt", "/sandbox/left.txt", "../left.txt", "/dev/shm/left.txt", "/left.txt", "/sandbox"):
+    if os.path.isfile(path):
+        found.append(path)
+found += [n for n in os.listdir("/sandbox") if n != "run"]
+found += [l for l in open("/proc/sysvipc/shm").read().splitlines()[1:]]
+found += [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+for obj in gc.get_objects():  # the previous run's files in memory this process was forked from?
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    for v in values:
+        if isinstance(v, (str, bytes)) and v is not TOKEN and (TOKEN in v if isinstance(v, str) else TOKEN.encode() in v):
+            found.append("memory")
+print("FOUND", found)
+'''
+    for mode in ("persistent", "per-run"):
+        os.environ.pop(sandbox.PER_RUN_ENV, None)
+        if mode == "per-run":
+            os.environ[sandbox.PER_RUN_ENV] = "1"
+        try:
+            sandbox.run_python({"a.py": first, "data.txt": token}, "a.py")
+            r = sandbox.run_python({"b.py": second}, "b.py")
+        finally:
+            os.environ.pop(sandbox.PER_RUN_ENV, None)
+        assert "FOUND []" in r.stderr, (mode, r.stderr[-2000:])
+
+
+def test_the_fork_server_survives_and_is_reused(host):
+    sandbox.run_tests({"t/test_ok.py": "def test_ok():\n    pass\n"}, ["t/test_ok.py"])
+    before = sandbox._Zygote._proc
+    result, _ = _run_case("attack_fork_server", "run_python", host)
+    assert "PTRACE -1" in result.stderr and "UNSHARE -1" in result.stderr
+    assert sandbox._Zygote._proc is before and before is not None and before.poll() is None
+    assert sandbox.run_tests({"t/test_ok.py": "def test_ok():\n    pass\n"}, ["t/test_ok.py"]).all_passed
+
+
+@pytest.mark.parametrize("name", ["fork_exec", "daemon", "read_environ", "write_outside_bypassed", "socket_local_and_outside"])
+def test_one_sandbox_per_run_mode_contains_too(name, host, monkeypatch):
+    monkeypatch.setenv(sandbox.PER_RUN_ENV, "1")
+    result, marker = _run_case(name, "run_python", host)
+    _assert_contained(result, marker, host)
+    assert "bwrap" in result.isolation
+
+
+# ---------------------------------------------------------------------------- no bwrap, no run
+def test_without_bwrap_model_code_is_refused_unless_weak_mode_is_asked_for(monkeypatch):
+    monkeypatch.setattr(sandbox, "_box_plan", lambda: "bwrap is not installed (test)")
+    monkeypatch.delenv(sandbox.WEAK_ENV, raising=False)
+    files = {"t/test_ok.py": "def test_ok():\n    assert True\n"}
+    with pytest.raises(sandbox.SandboxError, match="bwrap is not installed"):
+        sandbox.run_tests(files, ["t/test_ok.py"])
+    with pytest.raises(sandbox.SandboxError, match=sandbox.WEAK_ENV):
+        sandbox.run_python({"a.py": "print(1)\n"}, "a.py")
+    assert sandbox.isolation() == ()
+    monkeypatch.setenv(sandbox.WEAK_ENV, "1")
+    r = sandbox.run_tests(files, ["t/test_ok.py"])
+    assert r.all_passed and r.isolation[0] == "weak"
+    r = sandbox.run_tests({"t/test_w.py": "def test_w():\n    open('/tmp/coevolve_weak_escape.txt', 'w')\n"}, ["t/test_w.py"])
+    assert r.stopped and "filesystem" in r.stopped and not os.path.exists("/tmp/coevolve_weak_escape.txt")
+    sandbox._Zygote.reset()
+
+
+def test_a_sandbox_that_cannot_start_raises(monkeypatch):
+    plan = sandbox._box_plan()
+    assert not isinstance(plan, str), plan
+    broken = sandbox._Plan(plan.kind, ("/bin/false",), plan.work, plan.user, plan.layers)
+    monkeypatch.setattr(sandbox, "_box_plan", lambda: broken)
+    monkeypatch.delenv(sandbox.WEAK_ENV, raising=False)
+    sandbox._Zygote.reset()
+    with pytest.raises(sandbox.SandboxError, match="cannot start"):
+        sandbox.run_python({"a.py": "print(1)\n"}, "a.py")
+    sandbox._Zygote.reset()
+    sandbox._Zygote.failures = 0
+
+
+# ------------------------------------------------------------------------------------------ benign
+def test_benign_tests_pass_and_fail_as_written():
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/calc.py": "def add(a, b):\n    return a + b\n",
+        "tests/test_ok.py": "from pkg.calc import add\nimport pytest\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+                            "def test_raises():\n    with pytest.raises(TypeError):\n        add(1, 'x')\n\n\n"
+                            "def test_approx():\n    assert add(0.1, 0.2) == pytest.approx(0.3)\n",
+        "tests/test_bad.py": "from pkg.calc import add\n\n\ndef test_wrong():\n    assert add(2, 2) == 5\n",
+    }
+    ok = sandbox.run_tests(files, ["tests/test_ok.py"])
+    assert ok.all_passed and ok.passed == 3 and ok.stopped is None, ok.report()
+    bad = sandbox.run_tests(files, ["tests/test_ok.py", "tests/test_bad.py"])
+    assert not bad.all_passed and bad.passed == 3 and bad.stopped is None
+    assert [t.outcome for t in bad.tests if t.id.startswith("tests/test_bad.py")] == ["failed"]
+    assert "tests/test_bad.py::test_wrong FAILED" in bad.report() and "AssertionError" in bad.report()
+    script = sandbox.run_python({"main.py": "import json, tempfile, os\nprint(json.dumps({'ok': True}))\n"
+                                 "with tempfile.TemporaryFile() as f:\n    f.write(b'x')\n"}, "main.py")
+    assert script.stopped is None and script.tests[0].outcome == "passed" and '{"ok": true}' in script.stderr
+
+
+def test_limits_memory_and_wall_clock():
+    files = {"t/test_m.py": "def test_memory():\n    hog = []\n    while True:\n        hog.append(bytearray(2**24))\n",
+             "loop.py": "while True:\n    pass\n"}
+    r = sandbox.run_tests(files, ["t/test_m.py"], sandbox.Limits(memory_mb=128, per_test_s=20, wall_s=30))
+    assert r.stopped and "memory" in r.stopped and r.tests[0].outcome == "error", r.report()
+    r = sandbox.run_python(files, "loop.py", sandbox.Limits(per_test_s=60, wall_s=1.5))
+    assert r.timed_out and "wall-clock" in (r.stopped or "") and r.duration_s < 3
+    assert {"rlimits", "audit-hook", "temp-dir", "wall-clock", "bwrap"} <= set(r.isolation)
+
+
+def test_runs_share_nothing_and_the_server_restarts_when_it_dies():
+    files = {"t/test_a.py": "import os\n\n\ndef test_a():\n    open('mark.txt', 'w').write('1')\n    assert os.path.exists('mark.txt')\n",
+             "t/test_b.py": "import os\n\n\ndef test_b():\n    assert not os.path.exists('mark.txt')\n"}
+    assert sandbox.run_tests(files, ["t/test_a.py"]).all_passed
+    assert sandbox.run_tests(files, ["t/test_b.py"]).all_passed
+    proc = sandbox._Zygote._proc
+    assert proc is not None
+    proc.kill()
+    proc.wait()
+    assert sandbox.run_tests(files, ["t/test_b.py"]).all_passed
+    assert sandbox._Zygote._proc is not proc
+
+
+def test_printing_fake_results_does_not_forge_a_pass():
+    files = {"t/test_f.py": f"def test_f():\n    print({sandbox.MARK!r} + repr(('t/test_f.py::test_f', 'passed', '')))\n    assert False\n"}
+    assert [t.outcome for t in sandbox.run_tests(files, ["t/test_f.py"]).tests] == ["failed"]
+
+
+def test_bad_paths_are_refused():
+    with pytest.raises(sandbox.SandboxError):
+        sandbox.run_python({"../x.py": "print(1)\n"}, "../x.py")
+    with pytest.raises(sandbox.SandboxError):
+        sandbox.run_tests({"/abs.py": ""}, ["/abs.py"])
