@@ -376,9 +376,10 @@ def tasks_show(family: str, instance_id: str, as_json: JsonOpt = False) -> None:
 
 def _register_extensions() -> None:
     """Commands that live in their own modules (serving, training, models)."""
-    from cluster.cli_models import register
+    from cluster import cli_models, cli_store
 
-    register(app)
+    cli_models.register(app)
+    cli_store.register(app)
 
 
 _register_extensions()

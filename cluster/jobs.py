@@ -219,6 +219,7 @@ def run_evolve(
 
     use_store(store_path)
     store = HarnessStore(store_path, create=True)
+    lease = None
     if resume:
         run = store.get_run(resume)
         if run.kind != "evolve":
@@ -227,9 +228,10 @@ def run_evolve(
 
         config = EvolveConfig.from_json(run.config)
         run_id = resume
-        store.update_run(run_id, status="running")
+        lease = store.claim_run(run_id)  # refuses a done run, or one another live process is running
     else:
         run_id = store.create_run("evolve", config.to_json())
+        lease = store.claim_run(run_id)  # heartbeats let other hosts see the owner is alive
     gateway = Gateway()
     start_ray(address)
     pool = RolloutPool(workers)
@@ -274,6 +276,8 @@ def run_evolve(
         return out
     finally:
         pool.shutdown()
+        if lease is not None:
+            lease.release()
 
 
 def held_out_comparison(

@@ -6,34 +6,45 @@ One directory holds everything the system records:
 <root>/store.db            sqlite (WAL): harness records, aliases, runs, trajectory batches, events,
                            adapters, schema version
 <root>/objects/ab/<sha256> immutable blobs named by the sha256 of their bytes (encoded values,
-                           trajectory batches), written atomically (tmp file + os.replace)
+                           trajectory batches), written atomically (tmp file + fsync + os.replace)
+<root>/quarantine/         corrupt objects moved aside by `check(repair=True)`
 ```
 
 Several processes may write at once: every write is one short `BEGIN IMMEDIATE` transaction, sqlite
 waits up to 30 s for the lock (`busy_timeout`) and a write that still meets `database is locked` is
 retried with backoff. Blobs are content-addressed, so two processes writing the same blob write the
-same bytes and either rename wins.
+same bytes and either rename wins. A blob is verified on every read (`get_blob` names a corrupt one)
+and before `put_blob` skips an existing file, so re-putting the same content repairs a corrupt object.
 
 Harness ids are `Harness.id` (sha256 of the canonical encoding); the blob that stores a harness is
 named by the sha256 of its plain encoding, which keeps dict insertion order (tool schemas) intact.
 A harness record's `parent`, `edit` and `rationale` live here, never in the value.
+
+Runs record their owner (pid, host, process start time) when created or claimed. `claim_run` gives
+one process at a time a `Lease` on a run (a `done` run is refused; a claim whose owner is gone is
+taken over); `check()` verifies every record and object and finds runs whose owner died.
+
+A store whose directory (or store.db, or objects/) is not writable opens read-only: reads work and the
+first write raises `StoreError`.
 
 Nothing here imports ray.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import random
 import re
 import secrets
+import socket
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -41,12 +52,17 @@ from typing import Any, Self, TypeVar
 from harness_store.codec import CodecError, decode, encode
 from harness_store.values import AdapterRef, Harness, HarnessEdit, Trajectory
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: runs record their owner (pid, host), updated time and lease
 DB_NAME = "store.db"
 OBJECTS = "objects"
+QUARANTINE = "quarantine"
 MIN_PREFIX = 6
 BUSY_TIMEOUT_MS = 30_000
 WRITE_DEADLINE_S = 120.0
+LEASE_BEAT_S = 30.0  # a lease's heartbeat period
+LEASE_TTL_S = 180.0  # a lease not renewed for this long is abandoned (owner on another host)
+TMP_MAX_AGE_S = 3600.0  # a temp object file this old is left over even if its writer's pid is alive
+HOST = socket.gethostname()
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX = re.compile(r"[0-9a-f]+")
@@ -86,7 +102,13 @@ CREATE TABLE IF NOT EXISTS runs (
     status   TEXT NOT NULL,
     result   TEXT NOT NULL,
     created  REAL NOT NULL,
-    finished REAL
+    finished REAL,
+    updated  REAL,
+    pid      INTEGER,
+    host     TEXT,
+    pstart   TEXT,
+    lease    TEXT,
+    beat     REAL
 );
 CREATE INDEX IF NOT EXISTS runs_kind ON runs(kind);
 CREATE TABLE IF NOT EXISTS trajectory_batches (
@@ -113,6 +135,15 @@ CREATE TABLE IF NOT EXISTS adapters (
 );
 """
 _TABLES = frozenset({"meta", "harnesses", "aliases", "runs", "trajectory_batches", "events", "adapters"})
+# columns schema 2 added to `runs` (a schema-1 store is migrated when opened writable)
+_RUN_V2_COLUMNS = (
+    ("updated", "REAL"),
+    ("pid", "INTEGER"),
+    ("host", "TEXT"),
+    ("pstart", "TEXT"),
+    ("lease", "TEXT"),
+    ("beat", "REAL"),
+)
 
 
 class StoreError(ValueError):
@@ -141,6 +172,16 @@ class RunRecord:
     result: dict[str, Any]
     created: float
     finished: float | None
+    updated: float | None = None  # last change to the run, its events or its trajectories
+    pid: int | None = None  # the process that created or last claimed the run
+    host: str | None = None
+    owner_start: str | None = None  # that process's start time (tells a reused pid apart)
+    claimed: bool = False  # a `Lease` is held on the run
+    beat: float | None = None  # the lease's last heartbeat
+
+    def owner_alive(self) -> bool | None:
+        """Is the owning process alive? None when it runs on another host and holds no lease."""
+        return _owner_alive(self.pid, self.host, self.owner_start, self.claimed, self.beat)
 
 
 @dataclass(frozen=True)
@@ -150,6 +191,114 @@ class Event:
     kind: str
     payload: dict[str, Any]
     created: float
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing `check()` found wrong; `repaired` when `check(repair=True)` fixed it."""
+
+    kind: str  # one of PROBLEM_KINDS
+    subject: str  # the object digest, harness id, alias, run id ... it is about
+    detail: str
+    repaired: bool = False
+
+
+PROBLEM_KINDS: dict[str, str] = {
+    "db_integrity": "sqlite's integrity check failed",
+    "missing_object": "a referenced object file is absent",
+    "corrupt_object": "an object's bytes do not hash to its name (repair moves it to quarantine/)",
+    "bad_harness": "a harness blob or edit does not decode to the record's harness",
+    "bad_lineage": "a parent is missing, of another family, or the lineage has a cycle",
+    "bad_alias": "an alias points at a missing harness",
+    "bad_batch": "a trajectory batch does not decode, has the wrong count, or its run is missing",
+    "orphan_event": "events of a run that does not exist",
+    "bad_adapter": "an adapter record does not decode to an adapter of its id",
+    "missing_adapter": "an adapter's files (adapter_config.json or synthetic_adapter.json) are absent",
+    "stale_run": "a run left `running` (or claimed) by a process that is gone (repair: `interrupted`)",
+    "temp_file": "a temp object file left by a killed writer (repair deletes it)",
+}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    root: str
+    checked: dict[str, int]
+    problems: tuple[Problem, ...]
+
+    @property
+    def remaining(self) -> list[Problem]:
+        return [p for p in self.problems if not p.repaired]
+
+    @property
+    def ok(self) -> bool:
+        return not self.remaining
+
+    def by_kind(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for p in self.problems:
+            k = out.setdefault(p.kind, {"found": 0, "repaired": 0})
+            k["found"] += 1
+            k["repaired"] += p.repaired
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "store": self.root,
+            "ok": self.ok,
+            "checked": self.checked,
+            "by_kind": self.by_kind(),
+            "remaining": len(self.remaining),
+            "problems": [dataclasses.asdict(p) for p in self.problems],
+        }
+
+
+class Lease:
+    """One process's claim on a run (`HarnessStore.claim_run`); `release()` or leave the `with` block.
+
+    While held, a daemon thread renews the lease every `LEASE_BEAT_S` so that a host that cannot see
+    the owner's pid can still tell a live owner from an abandoned lease. Releasing a run still marked
+    `running` marks it `interrupted` (nobody runs it any more)."""
+
+    def __init__(self, store: HarnessStore, run_id: str, token: str, heartbeat_s: float | None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.token = token
+        self._pid = os.getpid()
+        self._released = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if heartbeat_s:
+            self._thread = threading.Thread(
+                target=self._beat, args=(heartbeat_s,), name=f"lease-{run_id}", daemon=True
+            )
+            self._thread.start()
+
+    def _beat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            with suppress(Exception):  # best effort: a missed beat only ages the lease
+                self.store._renew(self.run_id, self.token)
+
+    @property
+    def held(self) -> bool:
+        return not self._released
+
+    def release(self) -> None:
+        if self._released or self._pid != os.getpid():  # a forked child never releases its parent's
+            return
+        self._released = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self.store._release(self.run_id, self.token)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Lease({self.run_id!r}, held={self.held})"
 
 
 # --------------------------------------------------------------------------------------- store
@@ -164,27 +313,38 @@ class HarnessStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
+        self.read_only: str | None = None  # why the store is read-only, None when writable
+        self._uri: str | None = None  # read-only connections open this URI
+        self._v1 = False  # a schema-1 store opened read-only (not migrated): runs have no owner columns
         self._open()
 
     # -- opening -------------------------------------------------------------------------------
     def _open(self) -> None:
         root, create = self.root, self._create
+        db_exists = False
         if root.exists() or root.is_symlink():
             if not root.is_dir():
                 raise StoreError(f"store path {str(root)!r} exists and is not a directory")
-            if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
-                raise StoreError(f"store directory {str(root)!r} is not readable and writable")
+            if not os.access(root, os.R_OK | os.X_OK):
+                raise StoreError(f"store directory {str(root)!r} is not readable")
             try:
                 entries = {p.name for p in root.iterdir()}
             except OSError as e:
                 raise StoreError(f"cannot list store directory {str(root)!r}: {e.strerror}") from None
-            if DB_NAME not in entries:
+            db_exists = DB_NAME in entries
+            if not db_exists:
                 if entries:
                     raise StoreError(f"{str(root)!r} is not a harness store (no {DB_NAME}) and is not empty")
                 if not create:
                     raise StoreError(f"no harness store at {str(root)!r} (empty directory, create=False)")
-            elif not os.access(self.db_path, os.R_OK | os.W_OK):
-                raise StoreError(f"store database {str(self.db_path)!r} is not readable and writable")
+                if not os.access(root, os.W_OK):
+                    raise StoreError(
+                        f"cannot create a harness store in {str(root)!r}: the directory is read-only"
+                    )
+            elif not self.db_path.is_file():
+                raise StoreError(f"{str(self.db_path)!r} is not a file")
+            elif not os.access(self.db_path, os.R_OK):
+                raise StoreError(f"store database {str(self.db_path)!r} is not readable")
         else:
             if not create:
                 raise StoreError(f"no harness store at {str(root)!r} (create=False)")
@@ -192,6 +352,15 @@ class HarnessStore:
                 root.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create store directory {str(root)!r}: {e.strerror}") from None
+        if (self.objects.exists() or self.objects.is_symlink()) and not self.objects.is_dir():
+            raise StoreError(
+                f"{str(self.objects)!r} is not a directory (a harness store keeps its objects there)"
+            )
+        if db_exists:
+            self.read_only = self._why_read_only()
+            if self.read_only is not None:
+                self._open_read_only()
+                return
 
         conn = self._connect()
         try:
@@ -205,12 +374,58 @@ class HarnessStore:
             raise
         self._conn = conn
         # objects/ after store.db: a concurrent opener never sees a non-empty dir without store.db
-        self.objects.mkdir(exist_ok=True)
+        try:
+            self.objects.mkdir(exist_ok=True)
+        except OSError as e:
+            conn.close()
+            self._conn = None
+            raise StoreError(f"cannot create {str(self.objects)!r}: {e.strerror or e}") from None
+
+    def _why_read_only(self) -> str | None:
+        if not os.access(self.root, os.W_OK):
+            return f"directory {str(self.root)!r} is not writable"
+        if not os.access(self.db_path, os.W_OK):
+            return f"{str(self.db_path)!r} is not writable"
+        if self.objects.is_dir() and not os.access(self.objects, os.W_OK | os.X_OK):
+            return f"{str(self.objects)!r} is not writable"
+        return None
+
+    def _open_read_only(self) -> None:
+        """sqlite needs to create `store.db-shm` to read a WAL database; where it cannot, the database
+        is read as immutable, which is exact as long as no write-ahead log holds unmerged commits."""
+        base = self.db_path.resolve().as_uri() + "?mode=ro"
+        self._uri = base
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = self._connect()
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except (StoreError, sqlite3.DatabaseError):
+            if conn is not None:
+                conn.close()
+            wal = self.db_path.with_name(DB_NAME + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise StoreError(
+                    f"store {str(self.root)!r} is read-only ({self.read_only}) and its write-ahead log"
+                    " holds unmerged commits: open it once with write access"
+                ) from None
+            self._uri = base + "&immutable=1"
+            conn = self._connect()
+        try:
+            self._check_schema(conn, create=False)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
 
     def _connect(self) -> sqlite3.Connection:
+        target: str | Path = self._uri or self.db_path
         try:
             conn = sqlite3.connect(
-                self.db_path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+                target,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=self._uri is not None,
             )
         except sqlite3.Error as e:
             raise StoreError(f"cannot open {str(self.db_path)!r}: {e}") from None
@@ -240,13 +455,18 @@ class HarnessStore:
             if row is None:  # the schema is created in one transaction, so this is a foreign db
                 raise StoreError(f"{str(self.db_path)!r} has no harness store schema version")
             version = int(row[0])
-            if version != SCHEMA_VERSION:
+            if version not in (1, SCHEMA_VERSION):
                 raise StoreError(
                     f"{str(self.db_path)!r} has schema version {version}; this code reads {SCHEMA_VERSION}"
                 )
             missing = _TABLES - tables
             if missing:
                 raise StoreError(f"{str(self.db_path)!r} lacks tables {sorted(missing)}")
+            if version == 1:
+                if self.read_only is not None:
+                    self._v1 = True
+                else:
+                    self._transact(conn, _migrate_v1)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{str(self.db_path)!r} is not a readable harness store: {e}") from None
 
@@ -258,6 +478,10 @@ class HarnessStore:
             c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
 
         self._transact(conn, init)
+
+    def _require_writable(self, what: str = "write") -> None:
+        if self.read_only is not None:
+            raise StoreError(f"cannot {what}: store {str(self.root)!r} is read-only ({self.read_only})")
 
     def close(self) -> None:
         with self._lock:
@@ -327,8 +551,23 @@ class HarnessStore:
         return self._retry(attempt)
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._require_writable()
         with self._lock, _sqlite_errors():
             return self._transact(self._connection(), fn)
+
+    def _snapshot(self, queries: Sequence[str]) -> list[list[sqlite3.Row]]:
+        """Run several reads in one read transaction: one consistent view of the database."""
+
+        def attempt() -> list[list[sqlite3.Row]]:
+            conn.execute("BEGIN")
+            try:
+                return [conn.execute(q).fetchall() for q in queries]
+            finally:
+                conn.execute("COMMIT")
+
+        with self._lock, _sqlite_errors():
+            conn = self._connection()
+            return self._retry(attempt)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock, _sqlite_errors():
@@ -342,25 +581,35 @@ class HarnessStore:
         return self.objects / digest[:2] / digest
 
     def put_blob(self, data: bytes) -> str:
+        """Store bytes under their sha256; an existing file is kept only when it holds these very
+        bytes (a corrupt one is rewritten). Written to a temp file, fsynced, renamed into place."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise StoreError(f"put_blob takes bytes, not {type(data).__name__}")
         data = bytes(data)
         digest = hashlib.sha256(data).hexdigest()
         path = self._object_path(digest)
-        if path.exists():
+        if _holds(path, data):
             return digest
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".tmp-{digest[:12]}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._require_writable(f"write object {digest[:12]}")
+        parent = path.parent
+        tmp = parent / f".tmp-{digest[:12]}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
+            if not parent.is_dir():
+                parent.mkdir(parents=True, exist_ok=True)
+                _fsync_dir(parent.parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+            _fsync_dir(parent)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise StoreError(f"cannot write object {digest[:12]}: {e.strerror}") from None
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise StoreError(
+                f"cannot write object {digest[:12]} under {str(parent)!r}: {e.strerror or e}"
+            ) from None
         return digest
 
     def get_blob(self, digest: str) -> bytes:
@@ -370,9 +619,12 @@ class HarnessStore:
         except FileNotFoundError:
             raise StoreError(f"no object {digest}") from None
         except OSError as e:
-            raise StoreError(f"cannot read object {digest[:12]}: {e.strerror}") from None
+            raise StoreError(f"cannot read object {digest}: {e.strerror or e}") from None
         if hashlib.sha256(data).hexdigest() != digest:
-            raise StoreError(f"object {digest} is corrupt (its content does not match its name)")
+            raise StoreError(
+                f"object {digest} is corrupt (its content does not match its name): {path};"
+                " putting the same value again rewrites it (coevolve store check lists all)"
+            )
         return data
 
     def has_blob(self, digest: str) -> bool:
@@ -571,22 +823,25 @@ class HarnessStore:
 
     # -- runs ----------------------------------------------------------------------------------
     def create_run(self, kind: str, config: dict[str, Any], run_id: str | None = None) -> str:
-        """Open a run record (status `running`); the id is `<kind>-<UTC yyyymmdd-hhmmss>-<6 hex>`."""
+        """Open a run record (status `running`, owned by this process); the id is
+        `<kind>-<UTC yyyymmdd-hhmmss>-<6 hex>`."""
         if not isinstance(kind, str) or not kind:
             raise StoreError("run kind must be a non-empty string")
         if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id)):
             raise StoreError(f"run id {run_id!r} must be a word of letters, digits and _.:-")
         config_json = _dumps(config, "config")
         result_json = _dumps({}, "result")
+        pid, host, pstart = _me()
         for _ in range(8):
             rid = run_id or _new_run_id(kind)
 
             def insert(c: sqlite3.Connection, rid: str = rid) -> bool:
+                now = time.time()
                 try:
                     c.execute(
-                        "INSERT INTO runs(run_id, kind, config, status, result, created, finished)"
-                        " VALUES (?, ?, ?, 'running', ?, ?, NULL)",
-                        (rid, kind, config_json, result_json, time.time()),
+                        "INSERT INTO runs(run_id, kind, config, status, result, created, finished,"
+                        " updated, pid, host, pstart) VALUES (?, ?, ?, 'running', ?, ?, NULL, ?, ?, ?, ?)",
+                        (rid, kind, config_json, result_json, now, now, pid, host, pstart),
                     )
                 except sqlite3.IntegrityError:
                     return False
@@ -624,32 +879,129 @@ class HarnessStore:
 
     def _update_run(self, run_id: str, sets: str, params: list[Any]) -> None:
         n = self._write(
-            lambda c: c.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", (*params, run_id)).rowcount
+            lambda c: (
+                c.execute(
+                    f"UPDATE runs SET {sets}, updated = ? WHERE run_id = ?", (*params, time.time(), run_id)
+                ).rowcount
+            )
         )
         if n == 0:
             raise StoreError(f"unknown run {run_id!r}")
 
-    _RUN_COLS = "run_id, kind, config, status, result, created, finished"
+    @property
+    def _run_cols(self) -> str:
+        if self._v1:
+            return (
+                "run_id, kind, config, status, result, created, finished, COALESCE(finished, created),"
+                " NULL, NULL, NULL, 0, NULL"
+            )
+        return (
+            "run_id, kind, config, status, result, created, finished, updated, pid, host, pstart,"
+            " lease IS NOT NULL, beat"
+        )
 
     @staticmethod
     def _run(row: Sequence[Any]) -> RunRecord:
-        rid, kind, config, status, result, created, finished = row
-        return RunRecord(rid, kind, json.loads(config), status, json.loads(result), created, finished)
+        rid, kind, config, status, result, created, finished, updated, pid, host, pstart, claimed, beat = row
+        return RunRecord(
+            rid,
+            kind,
+            json.loads(config),
+            status,
+            json.loads(result),
+            created,
+            finished,
+            updated,
+            pid,
+            host,
+            pstart,
+            bool(claimed),
+            beat,
+        )
 
     def get_run(self, run_id: str) -> RunRecord:
-        rows = self._read(f"SELECT {self._RUN_COLS} FROM runs WHERE run_id = ?", (run_id,))
+        rows = self._read(f"SELECT {self._run_cols} FROM runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise StoreError(f"unknown run {run_id!r}")
         return self._run(rows[0])
 
-    def list_runs(self, kind: str | None = None) -> list[RunRecord]:
-        if kind is None:
-            rows = self._read(f"SELECT {self._RUN_COLS} FROM runs ORDER BY created, rowid")
-        else:
-            rows = self._read(
-                f"SELECT {self._RUN_COLS} FROM runs WHERE kind = ? ORDER BY created, rowid", (kind,)
+    def list_runs(self, kind: str | None = None, status: str | None = None) -> list[RunRecord]:
+        """Runs in creation order, optionally only those of one kind and/or one stored status."""
+        sql = f"SELECT {self._run_cols} FROM runs WHERE 1 = 1"
+        params: list[Any] = []
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        if status is not None:
+            sql += " AND status = ?"
+            params.append(status)
+        return [self._run(r) for r in self._read(sql + " ORDER BY created, rowid", params)]
+
+    def claim_run(self, run_id: str, *, heartbeat_s: float | None = LEASE_BEAT_S) -> Lease:
+        """Make this process the one owner of a run (status `running`) until the returned `Lease` is
+        released. Refused with a `StoreError` when the run is `done`, or when another live process owns
+        it (it holds a lease, or the run is `running` under it); a dead owner's claim is taken over."""
+        self._require_writable(f"claim run {run_id!r}")
+        pid, host, pstart = _me()
+        token = secrets.token_hex(8)
+
+        def claim(c: sqlite3.Connection) -> None:
+            row = c.execute(
+                "SELECT status, finished, pid, host, pstart, lease, beat FROM runs WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"unknown run {run_id!r}")
+            status, finished, opid, ohost, opstart, olease, obeat = row
+            if status == "done":
+                when = f" at {_iso(finished)}" if finished else ""
+                raise StoreError(
+                    f"run {run_id!r} is done (finished{when}); start a new run instead of resuming it"
+                )
+            if olease is not None or status == "running":
+                if (opid, ohost, opstart) == (pid, host, pstart):
+                    if olease is not None:
+                        raise StoreError(f"run {run_id!r} is already claimed by this process (pid {pid})")
+                else:
+                    alive = _owner_alive(opid, ohost, opstart, olease is not None, obeat)
+                    if alive is True:
+                        raise StoreError(
+                            f"run {run_id!r} is in use by pid {opid} on {ohost} (status {status});"
+                            " wait for it to end or stop that process"
+                        )
+                    if alive is None:
+                        raise StoreError(
+                            f"run {run_id!r} is {status} under pid {opid} on host {ohost}, which cannot be"
+                            " checked from here; if that process is gone, run `coevolve store check"
+                            f" --repair` on {ohost}"
+                        )
+            now = time.time()
+            c.execute(
+                "UPDATE runs SET status = 'running', finished = NULL, pid = ?, host = ?, pstart = ?,"
+                " lease = ?, beat = ?, updated = ? WHERE run_id = ?",
+                (pid, host, pstart, token, now, now, run_id),
             )
-        return [self._run(r) for r in rows]
+
+        self._write(claim)
+        return Lease(self, run_id, token, heartbeat_s)
+
+    def _renew(self, run_id: str, token: str) -> None:
+        self._write(
+            lambda c: c.execute(
+                "UPDATE runs SET beat = ? WHERE run_id = ? AND lease = ?", (time.time(), run_id, token)
+            )
+        )
+
+    def _release(self, run_id: str, token: str) -> None:
+        now = time.time()
+        self._write(
+            lambda c: c.execute(
+                "UPDATE runs SET lease = NULL, beat = ?, updated = ?,"
+                " status = CASE WHEN status = 'running' THEN 'interrupted' ELSE status END"
+                " WHERE run_id = ? AND lease = ?",
+                (now, now, run_id, token),
+            )
+        )
 
     def _require_run(self, run_id: str) -> None:
         if not self._read("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
@@ -674,10 +1026,12 @@ class HarnessStore:
             ).fetchone()
             if row is not None:
                 return str(row[0])
+            now = time.time()
             c.execute(
                 "INSERT INTO trajectory_batches(run_id, batch, blob, count, created) VALUES (?, ?, ?, ?, ?)",
-                (run_id, batch, digest, len(trajs), time.time()),
+                (run_id, batch, digest, len(trajs), now),
             )
+            c.execute("UPDATE runs SET updated = ? WHERE run_id = ?", (now, run_id))
             return None
 
         existing = self._write(insert)
@@ -717,10 +1071,12 @@ class HarnessStore:
         def insert(c: sqlite3.Connection) -> int:
             if c.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
                 raise StoreError(f"unknown run {run_id!r}")
+            now = time.time()
             cur = c.execute(
                 "INSERT INTO events(run_id, kind, payload, created) VALUES (?, ?, ?, ?)",
-                (run_id, kind, payload_json, time.time()),
+                (run_id, kind, payload_json, now),
             )
+            c.execute("UPDATE runs SET updated = ? WHERE run_id = ?", (now, run_id))
             return int(cur.lastrowid or 0)
 
         return self._write(insert)
@@ -776,6 +1132,260 @@ class HarnessStore:
         rows = self._read("PRAGMA integrity_check")
         return "; ".join(str(r[0]) for r in rows)
 
+    def check(self, *, repair: bool = False) -> CheckReport:
+        """Verify the whole store (kinds of problem: `PROBLEM_KINDS`): sqlite's integrity; every object
+        file hashes to its name; every referenced object is present; harness blobs decode to their
+        record's harness; lineage edges point at an existing parent of the same family, without
+        cycles; aliases, trajectory batches, events and adapters (with their files) are sound; no run
+        is left `running` or claimed by a process that is gone; no temp file of a killed writer is left.
+
+        `repair=True` marks stale runs `interrupted`, deletes leftover temp files and moves corrupt
+        objects to `quarantine/` (a referenced one stays a problem: its content is lost until the same
+        value is put again). Reads one consistent snapshot, so it is safe beside running writers."""
+        if repair:
+            self._require_writable("repair")
+        problems: list[Problem] = []
+        checked: dict[str, int] = {}
+
+        def problem(kind: str, subject: str, detail: str, repaired: bool = False) -> None:
+            problems.append(Problem(kind, subject, detail, repaired))
+
+        integrity = self.integrity_check()
+        if integrity != "ok":
+            problem("db_integrity", DB_NAME, integrity[:500])
+        harnesses, aliases, batches, adapters, runs, events, orphans = self._snapshot(
+            [
+                "SELECT id, family, blob, parent, edit FROM harnesses ORDER BY created, rowid",
+                "SELECT name, harness_id FROM aliases ORDER BY name",
+                "SELECT run_id, batch, blob, count FROM trajectory_batches ORDER BY seq",
+                "SELECT id, value FROM adapters ORDER BY created, rowid",
+                "SELECT run_id, status, NULL, NULL, NULL, 0, NULL FROM runs"
+                if self._v1
+                else "SELECT run_id, status, pid, host, pstart, lease IS NOT NULL, beat FROM runs ORDER BY created, rowid",
+                "SELECT count(*) FROM events",
+                "SELECT run_id, count(*) FROM events WHERE run_id NOT IN (SELECT run_id FROM runs) GROUP BY run_id",
+            ]
+        )
+
+        # objects: referenced ones first (a row is committed only after its blob is written)
+        referrers: dict[str, list[str]] = {}
+        for hid, _, blob, _, _ in harnesses:
+            referrers.setdefault(blob, []).append(f"harness {hid[:12]}")
+        for rid, batch, blob, _ in batches:
+            referrers.setdefault(blob, []).append(f"trajectory batch {rid}/{batch}")
+        status: dict[str, str] = {}  # digest -> ok / missing / corrupt / unreadable
+        for digest in referrers:
+            status[digest] = self._verify_object(digest)
+        quarantined: dict[str, str] = {}
+        temp_files = 0
+        if self.objects.is_dir():
+            for sub in sorted(self.objects.iterdir()):
+                if not sub.is_dir() or len(sub.name) != 2:
+                    continue
+                for f in sorted(sub.iterdir()):
+                    if f.name.startswith(".tmp-"):
+                        temp_files += 1
+                        if _leftover_tmp(f):
+                            done = repair and _unlink(f)
+                            problem(
+                                "temp_file", f"{sub.name}/{f.name}", "left by a writer that is gone", done
+                            )
+                    elif _HEX64.fullmatch(f.name) and f.name.startswith(sub.name) and f.name not in status:
+                        status[f.name] = self._verify_object(f.name)
+        for digest, st in status.items():
+            if st in ("corrupt", "unreadable") and repair:
+                moved = self._quarantine(digest)
+                if moved:
+                    quarantined[digest] = moved
+        for digest, st in status.items():
+            refs = referrers.get(digest)
+            where = f"of {', '.join(refs[:3])}{' ...' if len(refs) > 3 else ''}" if refs else "unreferenced"
+            if st == "missing":
+                problem("missing_object", digest, f"object {where} is absent")
+            elif st in ("corrupt", "unreadable"):
+                what = "does not hash to its name" if st == "corrupt" else "cannot be read"
+                moved = quarantined.get(digest)
+                note = f"; moved to {moved}" if moved else ""
+                lost = "; its content is lost until the same value is put again" if refs and moved else ""
+                problem(
+                    "corrupt_object", digest, f"object {where} {what}{note}{lost}", bool(moved) and not refs
+                )
+        checked["objects"] = len(status)
+        checked["temp_files"] = temp_files
+
+        # harnesses and lineage
+        family = {hid: fam for hid, fam, _, _, _ in harnesses}
+        parent_of: dict[str, str | None] = {}
+        for hid, fam, blob, parent, edit in harnesses:
+            parent_of[hid] = parent
+            if status.get(blob) == "ok":
+                try:
+                    h = decode(self.get_blob(blob))
+                except (StoreError, CodecError, ValueError) as e:
+                    problem("bad_harness", hid, f"blob {blob[:12]} does not decode: {e}")
+                else:
+                    if not isinstance(h, Harness):
+                        problem("bad_harness", hid, f"blob {blob[:12]} holds a {type(h).__name__}")
+                    elif h.id != hid or h.family != fam:
+                        problem(
+                            "bad_harness", hid, f"blob {blob[:12]} holds harness {h.id[:12]} of {h.family!r}"
+                        )
+            if edit is not None:
+                try:
+                    if not isinstance(decode(edit), HarnessEdit):
+                        problem("bad_harness", hid, "its edit is not a HarnessEdit")
+                except (CodecError, ValueError) as e:
+                    problem("bad_harness", hid, f"its edit does not decode: {e}")
+            if parent is not None:
+                if parent not in family:
+                    problem("bad_lineage", hid, f"parent {parent[:12]} does not exist")
+                elif family[parent] != fam:
+                    problem(
+                        "bad_lineage", hid, f"parent {parent[:12]} is family {family[parent]!r}, not {fam!r}"
+                    )
+        done: set[str] = set()  # nodes known to reach a root
+        for start in parent_of:
+            path: list[str] = []
+            on_path: set[str] = set()
+            node: str | None = start
+            while node is not None and node in parent_of and node not in done:
+                if node in on_path:
+                    cycle = path[path.index(node) :]
+                    problem(
+                        "bad_lineage",
+                        node,
+                        f"lineage cycle through {len(cycle)} harnesses: "
+                        + " -> ".join(c[:12] for c in cycle),
+                    )
+                    break
+                on_path.add(node)
+                path.append(node)
+                node = parent_of[node]
+            done.update(path)
+        checked["harnesses"] = len(harnesses)
+        checked["lineage_edges"] = sum(p is not None for p in parent_of.values())
+
+        for name, hid in aliases:
+            if hid not in family:
+                problem("bad_alias", name, f"points at missing harness {hid[:12]}")
+        checked["aliases"] = len(aliases)
+
+        # trajectory batches and events
+        run_ids = {r[0] for r in runs}
+        for rid, batch, blob, count in batches:
+            subject = f"{rid}/{batch}"
+            if rid not in run_ids:
+                problem("bad_batch", subject, f"run {rid!r} does not exist")
+            if status.get(blob) != "ok":
+                continue
+            try:
+                value = decode(self.get_blob(blob))
+            except (StoreError, CodecError, ValueError) as e:
+                problem("bad_batch", subject, f"blob {blob[:12]} does not decode: {e}")
+                continue
+            if not isinstance(value, list) or not all(isinstance(t, Trajectory) for t in value):
+                problem("bad_batch", subject, f"blob {blob[:12]} is not a list of trajectories")
+            elif len(value) != count:
+                problem("bad_batch", subject, f"holds {len(value)} trajectories, the record says {count}")
+        checked["trajectory_batches"] = len(batches)
+        checked["events"] = int(events[0][0])
+        for rid, n in orphans:
+            problem("orphan_event", rid, f"{n} events of a run that does not exist")
+
+        # adapters and their files
+        for aid, value in adapters:
+            try:
+                ref = decode(value)
+            except (CodecError, ValueError) as e:
+                problem("bad_adapter", aid, f"record does not decode: {e}")
+                continue
+            if not isinstance(ref, AdapterRef) or ref.id != aid:
+                problem("bad_adapter", aid, f"record holds {type(ref).__name__} {getattr(ref, 'id', '')!r}")
+                continue
+            places = (
+                [Path(ref.path).expanduser(), self.root / "adapters" / aid]
+                if ref.path
+                else [self.root / "adapters" / aid]
+            )
+            if not any((p / f).is_file() for p in places for f in _ADAPTER_FILES):
+                problem(
+                    "missing_adapter", aid, f"no {' or '.join(_ADAPTER_FILES)} in {ref.path or places[0]}"
+                )
+        checked["adapters"] = len(adapters)
+
+        # runs whose owner is gone
+        unknown = 0
+        for rid, st, pid, host, pstart, leased, beat in runs:
+            if st != "running" and not leased:
+                continue
+            alive = _owner_alive(pid, host, pstart, bool(leased), beat)
+            if alive is None:
+                unknown += 1
+                continue
+            if alive:
+                continue
+            owner = f"pid {pid} on {host}" if pid is not None else "an unrecorded process"
+            fixed = repair and self._mark_interrupted(rid, pid, host, pstart)
+            problem(
+                "stale_run",
+                rid,
+                f"{st}{' and claimed' if leased else ''}, but its owner ({owner}) is gone",
+                fixed,
+            )
+        checked["runs"] = len(runs)
+        checked["runs_on_other_hosts"] = unknown
+        return CheckReport(str(self.root), checked, tuple(problems))
+
+    def _verify_object(self, digest: str) -> str:
+        try:
+            return "ok" if _file_sha256(self._object_path(digest)) == digest else "corrupt"
+        except FileNotFoundError:
+            return "missing"
+        except OSError:
+            return "unreadable"
+
+    def _quarantine(self, digest: str) -> str | None:
+        """Move a corrupt object aside (never delete evidence); the relative path, or None."""
+        src = self._object_path(digest)
+        qdir = self.root / QUARANTINE
+        dest = qdir / f"{digest}.{int(time.time())}-{secrets.token_hex(2)}"
+        try:
+            qdir.mkdir(exist_ok=True)
+            os.replace(src, dest)
+        except OSError:
+            return None
+        return str(dest.relative_to(self.root))
+
+    def _mark_interrupted(self, run_id: str, pid: int | None, host: str | None, pstart: str | None) -> bool:
+        """Mark a stale run interrupted, unless its owner changed since it was seen (a new claim)."""
+
+        def mark(c: sqlite3.Connection) -> bool:
+            row = c.execute(
+                "SELECT status, pid, host, pstart FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None or tuple(row[1:]) != (pid, host, pstart):
+                return False
+            now = time.time()
+            c.execute(
+                "UPDATE runs SET status = CASE WHEN status = 'running' THEN 'interrupted' ELSE status END,"
+                " lease = NULL, updated = ? WHERE run_id = ?",
+                (now, run_id),
+            )
+            c.execute(
+                "INSERT INTO events(run_id, kind, payload, created) VALUES (?, 'interrupted', ?, ?)",
+                (
+                    run_id,
+                    json.dumps(
+                        {"reason": "owner process gone", "pid": pid, "host": host, "was": row[0]},
+                        sort_keys=True,
+                    ),
+                    now,
+                ),
+            )
+            return True
+
+        return self._write(mark)
+
 
 # ------------------------------------------------------------------------------------- helpers
 @contextmanager
@@ -809,3 +1419,137 @@ def _status(status: str) -> str:
 def _new_run_id(kind: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-") or "run"
     return f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def _migrate_v1(c: sqlite3.Connection) -> None:
+    """Schema 1 -> 2: runs gain owner, lease and updated columns (idempotent under concurrent openers)."""
+    row = c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if row is None or int(row[0]) != 1:
+        return
+    have = {r[1] for r in c.execute("PRAGMA table_info(runs)")}
+    for name, typ in _RUN_V2_COLUMNS:
+        if name not in have:
+            c.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
+    c.execute("UPDATE runs SET updated = COALESCE(finished, created) WHERE updated IS NULL")
+    c.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
+
+
+_ADAPTER_FILES = ("adapter_config.json", "synthetic_adapter.json")
+
+
+def _leftover_tmp(path: Path) -> bool:
+    """A temp object file (`.tmp-<digest12>-<pid>-<hex>`) whose writer is gone, or that is very old."""
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return False
+    parts = path.name.split("-")
+    writer_gone = len(parts) >= 4 and parts[2].isdigit() and not _pid_alive(int(parts[2]))
+    return writer_gone or age > TMP_MAX_AGE_S
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Does the file at `path` hold exactly `data`? (False when absent, unreadable or different.)"""
+    try:
+        if path.stat().st_size != len(data):
+            return False
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in `path` durable (best effort: not every platform allows it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a process from /proc; ('X', '') when /proc exists but the process does
+    not; None where there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return ("X", "") if Path("/proc/self/stat").exists() else None
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], fields[19]
+
+
+_ME: tuple[int, tuple[int, str, str | None]] | None = None
+
+
+def _me() -> tuple[int, str, str | None]:
+    """This process as a run owner: (pid, host, start time)."""
+    global _ME
+    pid = os.getpid()
+    if _ME is None or _ME[0] != pid:
+        st = _proc_stat(pid)
+        _ME = (pid, (pid, HOST, st[1] if st else None))
+    return _ME[1]
+
+
+def _pid_alive(pid: int, start: str | None = None) -> bool:
+    """Is process `pid` (on this host) alive, and the same process that had start time `start`?"""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    except OSError:
+        return False
+    st = _proc_stat(pid)
+    if st is None:
+        return True
+    state, started = st
+    if state in ("X", "Z", "x"):  # gone, or a zombie nobody has reaped yet
+        return False
+    return start is None or started == start
+
+
+def _owner_alive(
+    pid: int | None, host: str | None, start: str | None, leased: bool, beat: float | None
+) -> bool | None:
+    """Is a run's owner alive? Exact on this host (pid + start time); on another host a lease renewed
+    within `LEASE_TTL_S` counts as alive, an older one as dead, and an owner without a lease is
+    unknown (None). A run with no recorded owner (made before schema 2) has no live owner."""
+    if pid is None:
+        return False
+    if host == HOST:
+        return _pid_alive(int(pid), start)
+    if leased:
+        return beat is not None and time.time() - beat < LEASE_TTL_S
+    return None
+
+
+def _iso(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
