@@ -99,6 +99,8 @@ PROFILES: dict[str, SyntheticProfile] = {
     # proposes generic edits only
     "meta": SyntheticProfile("meta", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
     "meta-generic": SyntheticProfile("meta-generic", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
+    # the judge (agents/synthetic_roles.py): locates failures and scores rewrites from what it is shown
+    "judge": SyntheticProfile("judge", usd_per_input_token=2e-6, usd_per_output_token=8e-6),
 }
 # Fully informed, error-free policies: the "right action for this state" that counterfactual replay
 # substitutes for one turn of a failed rollout (the testbed's answer key, never a role).
@@ -409,11 +411,18 @@ def respond(
     seed: int = 0,
     adapter: dict[str, Any] | None = None,
 ) -> SyntheticReply:
+    from agents.synthetic_roles import answer, role_of
+
     profile = profile_for(model, adapter)
+    role = role_of(messages)
     if profile.name in ("meta", "meta-generic"):
         from agents.meta.synthetic_meta import propose
 
         reply = propose(messages, tools, seed, generic_only=profile.name == "meta-generic")
+    elif role is not None:
+        reply = answer(role, messages, profile.name, seed)
+    elif profile.name == "judge":
+        raise ValueError("synthetic/judge answers the judge's prompts only")
     else:
         reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token

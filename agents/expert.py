@@ -1,0 +1,116 @@
+"""The expert rewriter (DESIGN §4): given a failed rollout of the weak model and its failure locus,
+rewrite only that turn — one sentence of corrected strategy plus one corrected tool call — as k
+candidates. A plain class: any model the gateway reaches (or `synthetic/expert`) plays the role.
+
+The expert sees the task, the tools, the conversation exactly as the weak model saw it up to the
+failing turn, that turn and the judge's reason; never the checker or the turns after it. It may
+consult the family's handbook through the handbook tools. An unparseable answer is retried, then the
+candidate is recorded as unknown (it scores 0 and is never kept).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.executor import Completion, assistant_positions
+from agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
+from agents.judge import RoleUsage
+from agents.transcript import answer_json, payload_message, tool_schemas, turn_records
+from harness_store.values import FailureLocus, Trajectory
+from tasks.handbook import Handbook
+
+PROMPT = Path(__file__).resolve().parent / "prompts" / "expert_rewrite.md"
+Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
+
+
+def prefix_messages(traj: Trajectory, turn: int) -> list[dict[str, Any]]:
+    """The weak model's conversation up to (not including) its assistant message of `turn`."""
+    positions = assistant_positions(traj.messages)
+    return [dict(m) for m in traj.messages[: positions[turn]]]
+
+
+def corrected_message(candidate: dict[str, Any], turn: int) -> dict[str, Any]:
+    """A candidate as the assistant message that replaces the failing turn."""
+    call = candidate["tool_call"]
+    return {
+        "role": "assistant",
+        "content": candidate["strategy"],
+        "tool_calls": [
+            {
+                "id": f"call_{turn}_0",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], sort_keys=True)},
+            }
+        ],
+    }
+
+
+@dataclass
+class ExpertRewriter:
+    model: str
+    complete: Complete
+    handbook: Handbook | None = None
+    retries: int = 1
+    max_tool_rounds: int = 3
+    usage: RoleUsage = field(default_factory=RoleUsage)
+
+    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int = 3, seed: int = 0) -> list[dict[str, Any]]:
+        """k candidates {"strategy", "tool_call": {"name", "arguments"}}, or {"error": ...} when the
+        model's answer could not be parsed."""
+        if not 0 <= locus.turn_index < len(traj.turns):
+            raise ValueError(f"locus turn {locus.turn_index} is outside the rollout's {len(traj.turns)} turns")
+        t = traj.public_view()
+        payload = {
+            "task": t.instance.instruction,
+            "tools": tool_schemas(t),
+            "prefix_messages": prefix_messages(t, locus.turn_index),
+            "failing_turn": turn_records(t)[locus.turn_index],
+            "judge_reason": locus.reason,
+        }
+        messages = [{"role": "system", "content": PROMPT.read_text()}, payload_message(payload, "Rewrite the failing turn.")]
+        return [self._candidate(messages, seed * 1000 + i) for i in range(k)]
+
+    def _candidate(self, base: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+        for attempt in range(self.retries + 1):
+            text = self._answer(list(base), seed + 100 * attempt)
+            obj = answer_json(text)
+            parsed = _parse(obj) if obj is not None else None
+            if parsed is not None:
+                return parsed
+            self.usage.unparseable += 1
+        return {"error": "unknown: the expert's answer could not be parsed", "raw": text[:500]}
+
+    def _answer(self, messages: list[dict[str, Any]], seed: int) -> str:
+        """One answer, after any handbook look-ups the model makes."""
+        for round_ in range(self.max_tool_rounds + 1):
+            tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds else []
+            comp = self.complete(self.model, messages, tools, seed)
+            self.usage.add(comp)
+            calls = comp.message.get("tool_calls") or []
+            if not calls or not tools:
+                return comp.message.get("content") or ""
+            messages.append({"role": "assistant", "content": comp.message.get("content") or "", "tool_calls": calls})
+            for c in calls:
+                fn = c.get("function") or {}
+                messages.append({"role": "tool", "tool_call_id": c.get("id", ""),
+                                 "content": run_handbook_tool(self.handbook, fn.get("name", ""), fn.get("arguments") or "{}")})
+        return ""
+
+
+def _parse(obj: dict[str, Any]) -> dict[str, Any] | None:
+    strategy, call = obj.get("strategy"), obj.get("tool_call")
+    if not isinstance(strategy, str) or not strategy.strip() or not isinstance(call, dict):
+        return None
+    name, args = call.get("name"), call.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(name, str) or not isinstance(args, dict):
+        return None
+    return {"strategy": " ".join(strategy.split()), "tool_call": {"name": name, "arguments": args}}

@@ -1,0 +1,162 @@
+"""The judge (DESIGN §4): locates the failing turn of a rollout, scores candidate rewrites and (with
+issue 9's taxonomy) classifies failures. A plain class: any model the gateway reaches (or
+`synthetic/judge`) plays the role through `complete(model, messages, tools, seed) -> Completion`.
+
+Each answer is parsed and validated from the model's JSON; an unparseable or invalid answer is
+retried (with a different seed), then recorded as unknown: `locate` falls back to the rule-based first
+guess and says so in the reason, `score` gives 0. The judge sees only `Trajectory.public_view()` and
+the grader's report — never the testbed's answer key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft7Validator
+
+from agents.executor import Completion
+from agents.transcript import (
+    answer_json,
+    first_error_turn,
+    grader_report,
+    payload_message,
+    tool_schemas,
+    turn_records,
+)
+from harness_store.values import FailureLocus, Trajectory
+
+PROMPTS = Path(__file__).resolve().parent / "prompts"
+Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
+UNKNOWN = "unknown"
+
+
+@dataclass
+class RoleUsage:
+    """Tokens and dollars a role's model spent (recorded per arm of a dataset build)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usd: float = 0.0
+    unparseable: int = 0
+
+    def add(self, comp: Completion) -> None:
+        self.calls += 1
+        self.prompt_tokens += comp.prompt_tokens
+        self.completion_tokens += comp.completion_tokens
+        self.usd += comp.cost_usd
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, "tokens": self.tokens, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "usd": round(self.usd, 6), "unparseable": self.unparseable}
+
+
+def rule_based_guess(traj: Trajectory) -> tuple[int, str]:
+    """The first error observation, else the last turn before the final finish."""
+    first = first_error_turn(traj)
+    if first is not None:
+        return first, f"turn {first} is the first with an error observation"
+    last = max(0, len(traj.turns) - 2) if len(traj.turns) > 1 else 0
+    return last, f"no error observation; turn {last} is the last action before finishing"
+
+
+@dataclass
+class Judge:
+    model: str
+    complete: Complete
+    retries: int = 2
+    usage: RoleUsage = field(default_factory=RoleUsage)
+
+    def _ask(self, prompt: str, payload: dict[str, Any], ask: str, seed: int, parse: Callable[[dict[str, Any]], Any]) -> Any:
+        messages = [{"role": "system", "content": (PROMPTS / prompt).read_text()}, payload_message(payload, ask)]
+        for attempt in range(self.retries + 1):
+            comp = self.complete(self.model, messages, [], seed + attempt)
+            self.usage.add(comp)
+            obj = answer_json(comp.message.get("content") or "")
+            parsed = parse(obj) if obj is not None else None
+            if parsed is not None:
+                return parsed
+            self.usage.unparseable += 1
+        return None
+
+    # ------------------------------------------------------------------ failure locus
+    def locate(self, traj: Trajectory, seed: int = 0) -> FailureLocus:
+        if traj.passed:
+            raise ValueError(f"trajectory {traj.id[:12]} passed: there is no failure to locate")
+        guess, why = rule_based_guess(traj)
+        n = len(traj.turns)
+        payload = {
+            "task": traj.instance.instruction,
+            "tools": tool_schemas(traj),
+            "turns": turn_records(traj),
+            "grader_report": grader_report(traj),
+            "rule_based_guess": {"turn": guess, "reason": why},
+        }
+
+        def parse(obj: dict[str, Any]) -> tuple[int, str] | None:
+            turn, reason = obj.get("turn"), obj.get("reason")
+            if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < n or not isinstance(reason, str):
+                return None
+            return turn, reason.strip() or "(no reason given)"
+
+        found = self._ask("judge_locate.md", payload, "Locate the failure.", seed, parse) if n else None
+        if found is None:
+            return FailureLocus(traj.id, guess, f"{UNKNOWN}: the judge's answer could not be parsed; rule-based guess: {why}")
+        return FailureLocus(traj.id, found[0], found[1])
+
+    # ------------------------------------------------------------------ candidate quality
+    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+        """{"score", "valid", "consistent", "addresses", "why"}; an invalid call scores 0 without asking."""
+        tools = tool_schemas(traj)
+        valid, problem = check_call(candidate.get("tool_call"), tools)
+        if not valid:
+            return {"score": 0.0, "valid": False, "consistent": False, "addresses": False, "why": problem}
+        payload = {
+            "task": traj.instance.instruction,
+            "tools": tools,
+            "turns": turn_records(traj, upto=locus.turn_index),
+            "failing_turn": turn_records(traj)[locus.turn_index],
+            "locus_reason": locus.reason,
+            "candidate": candidate,
+        }
+
+        def parse(obj: dict[str, Any]) -> dict[str, Any] | None:
+            s = obj.get("score")
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s <= 1:
+                return None
+            return {
+                "score": float(s),
+                "valid": bool(obj.get("valid", True)),
+                "consistent": bool(obj.get("consistent", True)),
+                "addresses": bool(obj.get("addresses", True)),
+                "why": str(obj.get("why", "")),
+            }
+
+        scored = self._ask("judge_score.md", payload, "Score the candidate.", seed, parse)
+        if scored is None:
+            return {"score": 0.0, "valid": True, "consistent": False, "addresses": False,
+                    "why": f"{UNKNOWN}: the judge's answer could not be parsed"}
+        return scored
+
+
+def check_call(call: Any, tools: list[dict[str, Any]]) -> tuple[bool, str]:
+    """Is `call` ({"name", "arguments": dict}) a call of one of `tools` that satisfies its schema?"""
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return False, "the candidate has no tool call"
+    spec = next((t for t in tools if t["name"] == call["name"]), None)
+    if spec is None:
+        return False, f"unknown tool {call['name']!r}"
+    args = call.get("arguments")
+    if not isinstance(args, dict):
+        return False, "arguments must be a JSON object"
+    errors = list(Draft7Validator(spec["parameters"]).iter_errors(args))
+    if errors:
+        return False, f"arguments break the schema of {call['name']}: {errors[0].message}"
+    return True, ""
