@@ -25,7 +25,7 @@ from agents.context import approx_tokens, message_tokens
 from agents.transcript import payload_from_messages
 
 ROLE_HEADER = re.compile(r"^ROLE: ([a-z-]+)")
-STOP = frozenset("a an the of to in on at for and or is are be was not no any all each every its it this that with by as".split())
+STOP = frozenset(["a", "an", "the", "of", "to", "in", "on", "at", "for", "and", "or", "is", "are", "be", "was", "not", "no", "any", "all", "each", "every", "its", "it", "this", "that", "with", "by", "as"])
 
 
 def role_of(messages: list[dict[str, Any]]) -> str | None:

@@ -47,7 +47,7 @@ def _text_used(text: str, name: str, t: Trajectory) -> bool:
     if reports:
         return False  # the model reports what it acted on, and this was not it
     said = _assistant_text(t)
-    words = re.findall(r"[a-z0-9]+", low)
+    words = re.findall(r"[a-z0-9]+", text.lower())
     runs = {" ".join(words[i : i + 4]) for i in range(max(0, len(words) - 3))}
     return name.lower().replace("_", " ") in said or any(r in said for r in runs)
 
