@@ -58,9 +58,12 @@ class ExpertRewriter:
     max_tool_rounds: int = 3
     usage: RoleUsage = field(default_factory=RoleUsage)
 
-    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int = 3, seed: int = 0) -> list[dict[str, Any]]:
+    def rewrite(
+        self, traj: Trajectory, locus: FailureLocus, k: int = 3, seed: int = 0, usage: RoleUsage | None = None
+    ) -> list[dict[str, Any]]:
         """k candidates {"strategy", "tool_call": {"name", "arguments"}}, or {"error": ...} when the
-        model's answer could not be parsed."""
+        model's answer could not be parsed. Model spend goes to `usage` when given, else `self.usage`."""
+        usage = usage if usage is not None else self.usage
         if not 0 <= locus.turn_index < len(traj.turns):
             raise ValueError(f"locus turn {locus.turn_index} is outside the rollout's {len(traj.turns)} turns")
         t = traj.public_view()
@@ -71,25 +74,28 @@ class ExpertRewriter:
             "failing_turn": turn_records(t)[locus.turn_index],
             "judge_reason": locus.reason,
         }
-        messages = [{"role": "system", "content": PROMPT.read_text()}, payload_message(payload, "Rewrite the failing turn.")]
-        return [self._candidate(messages, seed * 1000 + i) for i in range(k)]
-
-    def _candidate(self, base: list[dict[str, Any]], seed: int) -> dict[str, Any]:
-        for attempt in range(self.retries + 1):
-            text = self._answer(list(base), seed + 100 * attempt)
+        payload["k"] = k
+        messages = [{"role": "system", "content": PROMPT.read_text()}, payload_message(payload, f"Rewrite the failing turn: {k} candidates.")]
+        text = ""
+        for attempt in range(self.retries + 1):  # one request for all k candidates: the prompt is paid once
+            text = self._answer(list(messages), seed + 100 * attempt, usage)
             obj = answer_json(text)
-            parsed = _parse(obj) if obj is not None else None
-            if parsed is not None:
-                return parsed
-            self.usage.unparseable += 1
-        return {"error": "unknown: the expert's answer could not be parsed", "raw": text[:500]}
+            raw = obj.get("candidates") if isinstance(obj, dict) else None
+            if isinstance(raw, list):
+                parsed = [_parse(c) if isinstance(c, dict) else None for c in raw[:k]]
+                if any(parsed):
+                    out = [c or {"error": "unknown: this candidate could not be parsed"} for c in parsed]
+                    usage.unparseable += sum(c is None for c in parsed)
+                    return out + [{"error": "unknown: the expert gave fewer candidates"}] * (k - len(out))
+            usage.unparseable += 1
+        return [{"error": "unknown: the expert's answer could not be parsed", "raw": text[:500]}] * k
 
-    def _answer(self, messages: list[dict[str, Any]], seed: int) -> str:
+    def _answer(self, messages: list[dict[str, Any]], seed: int, usage: RoleUsage) -> str:
         """One answer, after any handbook look-ups the model makes."""
         for round_ in range(self.max_tool_rounds + 1):
             tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds else []
             comp = self.complete(self.model, messages, tools, seed)
-            self.usage.add(comp)
+            usage.add(comp)
             calls = comp.message.get("tool_calls") or []
             if not calls or not tools:
                 return comp.message.get("content") or ""

@@ -69,25 +69,32 @@ def rule_based_guess(traj: Trajectory) -> tuple[int, str]:
 
 @dataclass
 class Judge:
+    """Each method adds its model spend to `usage` when given (per call, thread-safe for callers that
+    keep their own), else to the judge's running total `self.usage`."""
+
     model: str
     complete: Complete
     retries: int = 2
     usage: RoleUsage = field(default_factory=RoleUsage)
 
-    def _ask(self, prompt: str, payload: dict[str, Any], ask: str, seed: int, parse: Callable[[dict[str, Any]], Any]) -> Any:
+    def _ask(
+        self, prompt: str, payload: dict[str, Any], ask: str, seed: int, parse: Callable[[dict[str, Any]], Any],
+        usage: RoleUsage | None,
+    ) -> Any:
+        usage = usage if usage is not None else self.usage
         messages = [{"role": "system", "content": (PROMPTS / prompt).read_text()}, payload_message(payload, ask)]
         for attempt in range(self.retries + 1):
             comp = self.complete(self.model, messages, [], seed + attempt)
-            self.usage.add(comp)
+            usage.add(comp)
             obj = answer_json(comp.message.get("content") or "")
             parsed = parse(obj) if obj is not None else None
             if parsed is not None:
                 return parsed
-            self.usage.unparseable += 1
+            usage.unparseable += 1
         return None
 
     # ------------------------------------------------------------------ failure locus
-    def locate(self, traj: Trajectory, seed: int = 0) -> FailureLocus:
+    def locate(self, traj: Trajectory, seed: int = 0, usage: RoleUsage | None = None) -> FailureLocus:
         if traj.passed:
             raise ValueError(f"trajectory {traj.id[:12]} passed: there is no failure to locate")
         guess, why = rule_based_guess(traj)
@@ -106,13 +113,15 @@ class Judge:
                 return None
             return turn, reason.strip() or "(no reason given)"
 
-        found = self._ask("judge_locate.md", payload, "Locate the failure.", seed, parse) if n else None
+        found = self._ask("judge_locate.md", payload, "Locate the failure.", seed, parse, usage) if n else None
         if found is None:
             return FailureLocus(traj.id, guess, f"{UNKNOWN}: the judge's answer could not be parsed; rule-based guess: {why}")
         return FailureLocus(traj.id, found[0], found[1])
 
     # ------------------------------------------------------------------ candidate quality
-    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    def score(
+        self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any], seed: int = 0, usage: RoleUsage | None = None
+    ) -> dict[str, Any]:
         """{"score", "valid", "consistent", "addresses", "why"}; an invalid call scores 0 without asking."""
         tools = tool_schemas(traj)
         valid, problem = check_call(candidate.get("tool_call"), tools)
@@ -139,7 +148,7 @@ class Judge:
                 "why": str(obj.get("why", "")),
             }
 
-        scored = self._ask("judge_score.md", payload, "Score the candidate.", seed, parse)
+        scored = self._ask("judge_score.md", payload, "Score the candidate.", seed, parse, usage)
         if scored is None:
             return {"score": 0.0, "valid": True, "consistent": False, "addresses": False,
                     "why": f"{UNKNOWN}: the judge's answer could not be parsed"}

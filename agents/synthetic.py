@@ -45,7 +45,8 @@ STEPWISE = Concept(
     (
         ("one tool call", "one call", "a single tool call", "a single call", "one action", "one step", "one tool"),
         ("per turn", "each turn", "at a time", "per message", "every turn", "before the next"),
-    )
+    ),
+    unless=("unless", "except", "may batch", "can batch"),  # a conditional request leaves the style as it is
 )
 
 

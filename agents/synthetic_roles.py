@@ -43,7 +43,7 @@ def answer(role: str, messages: list[dict[str, Any]], profile_name: str, seed: i
     elif role == "judge-score":
         out = score(payload)
     elif role == "expert-rewrite":
-        out = rewrite(payload, seed)
+        out = {"candidates": [rewrite(payload, seed * 1000 + i) for i in range(int(payload.get("k", 1)))]}
     else:
         raise ValueError(f"synthetic/{profile_name} does not play the role {role!r}")
     text = json.dumps(out)

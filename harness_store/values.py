@@ -296,6 +296,14 @@ class TrainingRow:
     tools: tuple[dict[str, Any], ...]
     provenance: dict[str, Any]  # {"kind": corrected/self-pass/expert-full, sources...}
 
+    def to_json(self) -> dict[str, Any]:
+        """The JSONL form (DESIGN §3): {"messages", "tools", "provenance"}."""
+        return {"messages": list(self.messages), "tools": list(self.tools), "provenance": dict(self.provenance)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TrainingRow:
+        return cls(tuple(obj["messages"]), tuple(obj.get("tools") or ()), dict(obj.get("provenance") or {}))
+
 
 @dataclass(frozen=True)
 class AdapterRef:

@@ -133,7 +133,7 @@ def load_rows(source: str | Path | Iterable[TrainingRow | dict[str, Any]]) -> li
 
 
 def row_to_json(row: TrainingRow) -> dict[str, Any]:
-    return {"messages": list(row.messages), "tools": list(row.tools), "provenance": dict(row.provenance)}
+    return row.to_json()
 
 
 def dataset_hash(rows: Sequence[TrainingRow]) -> str:
