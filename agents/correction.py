@@ -198,7 +198,7 @@ class DatasetBuilder:
         return self._kept(rows)[:limit]
 
     def _kept(self, rows: list[TrainingRow]) -> list[TrainingRow]:
-        return [r for r in rows if r.provenance.get("verified") or not self.cfg.require_verified]
+        return self._dedup([r for r in rows if r.provenance.get("verified") or not self.cfg.require_verified])
 
     def _correct(self, traj: Trajectory) -> TrainingRow | None:
         s = self.services

@@ -338,9 +338,10 @@ def harness_lineage(ref: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt 
 @cli_errors
 def tasks_list(as_json: JsonOpt = False) -> None:
     """The task families and their split sizes."""
-    from tasks import family_names, get_family
+    from tasks import external_family_names, family_names, get_family
 
-    rows = [{"family": n, **get_family(n).split_sizes, "title": get_family(n).title} for n in family_names()]
+    names = family_names() + external_family_names()
+    rows = [{"family": n, **get_family(n).split_sizes, "title": get_family(n).title} for n in names]
     if as_json:
         _echo_json(rows)
         return
@@ -376,10 +377,11 @@ def tasks_show(family: str, instance_id: str, as_json: JsonOpt = False) -> None:
 
 def _register_extensions() -> None:
     """Commands that live in their own modules (serving, training, models)."""
-    from cluster import cli_models, cli_store
+    from cluster import cli_adapt, cli_models, cli_store
 
     cli_models.register(app)
     cli_store.register(app)
+    cli_adapt.register(app)
 
 
 _register_extensions()

@@ -10,6 +10,7 @@ on a replacement actor: no rollout is lost.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,21 @@ class RolloutWorker:
         traj = await self.executor.rollout(decode(instance), decode(harness), model, seed)
         return encode(traj)
 
+    async def replay(self, traj: bytes, harness: bytes, turn: int, forced: dict[str, Any]) -> bytes:
+        """Resume a recorded rollout with `forced` as its assistant turn `turn` (the replay check)."""
+        from agents.executor import Resume
+
+        t = decode(traj)
+        out = await self.executor.rollout(t.instance, decode(harness), t.model, t.seed, resume=Resume(t, turn, forced))
+        return encode(out)
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for project actors: the project's own settings (COEVOLVE_*, LITELLM_*), never more."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("COEVOLVE_", "LITELLM_"))}
+    env.update(extra or {})
+    return env
+
 
 class RolloutPool:
     def __init__(
@@ -67,11 +83,11 @@ class RolloutPool:
             raise ValueError("workers must be >= 1")
         self.max_concurrency = max_concurrency
         self.num_cpus = num_cpus
-        env_vars = {k: v for k, v in os.environ.items() if k.startswith(("COEVOLVE_", "LITELLM_"))}
-        env_vars.update(env or {})
-        self._env = env_vars
+        self._env = worker_env(env)
         self.max_replacements = max_replacements
         self.replacements = 0
+        self._turn = 0
+        self._lock = threading.RLock()
         self.actors = [self._spawn() for _ in range(workers)]
         ray.get([a.ready.remote() for a in self.actors])
 
@@ -145,14 +161,27 @@ class RolloutPool:
                 bar.close()
         return [r for r in results if r is not None]
 
+    def replay(self, traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
+        """One replay on the next actor (re-run on a replacement if that actor dies)."""
+        payload = (encode(traj), ray.put(encode(harness)), turn, forced)
+        while True:
+            with self._lock:
+                actor = self.actors[self._turn % len(self.actors)]
+                self._turn += 1
+            try:
+                return decode(ray.get(actor.replay.remote(*payload)))
+            except ACTOR_LOST as e:
+                self._replace(actor, e)
+
     def _replace(self, actor: Any, error: Exception) -> None:
-        if actor not in self.actors:
-            return  # already replaced (several in-flight rollouts report the same death)
-        self.replacements += 1
-        if self.replacements > self.max_replacements:
-            raise RuntimeError(f"rollout actors keep dying ({self.replacements} replaced): {error}") from error
-        log.warning("rollout actor lost; re-running its rollouts on a new actor", error=str(error)[:200])
-        self.actors[self.actors.index(actor)] = self._spawn()
+        with self._lock:
+            if actor not in self.actors:
+                return  # already replaced (several in-flight rollouts report the same death)
+            self.replacements += 1
+            if self.replacements > self.max_replacements:
+                raise RuntimeError(f"rollout actors keep dying ({self.replacements} replaced): {error}") from error
+            log.warning("rollout actor lost; re-running its rollouts on a new actor", error=str(error)[:200])
+            self.actors[self.actors.index(actor)] = self._spawn()
 
     def shutdown(self) -> None:
         for a in self.actors:

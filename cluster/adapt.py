@@ -1,0 +1,246 @@
+"""Weight-adaptation jobs: build a dataset (either arm), train an adapter on it, evaluate the adapted
+model, and measure a judge's failure-locus accuracy. Everything is validated before the first write;
+every stage is recorded in the store; a build journals each finished correction, so `--resume` after a
+crash redoes none of them."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agents.correction import ARMS, BuildConfig, DatasetBuilder
+from agents.report import TESTBED_NOTICE
+from agents.stats import paired_difference, pass_rate
+from cluster.jobs import use_store, validate_model
+
+log = structlog.get_logger(role="adapt")
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    config: BuildConfig
+    harness: str  # harness ref: "baseline", an id, a prefix or an alias (e.g. iot:evolved)
+    workers: int = 2
+    address: str | None = None
+
+
+def _harness(store_path: Path, ref: str, family: str):
+    from harness_store.store import HarnessStore
+    from tasks import get_family
+
+    if ref == "baseline":
+        return get_family(family).baseline_harness()
+    if not store_path.exists():
+        raise ValueError(f"unknown harness {ref!r}: the store {store_path} does not exist yet")
+    return HarnessStore(store_path, create=False).resolve_harness(ref, family)
+
+
+def validate_build(req: BuildRequest, store_path: Path) -> Any:
+    """Check every input (raises ValueError with one line); returns the harness. Writes nothing."""
+    from tasks import get_family
+
+    cfg = req.config
+    get_family(cfg.family)
+    use_store(store_path)
+    for m in (cfg.model, cfg.expert, cfg.judge):
+        validate_model(m)
+    if req.workers < 1:
+        raise ValueError(f"--workers must be positive, got {req.workers}")
+    return _harness(store_path, req.harness, cfg.family)
+
+
+def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """Run a dataset build on the cluster; returns the dataset's manifest (with its id and path)."""
+    from cluster.runtime import start_ray
+    from harness_store.datasets import write_dataset
+    from harness_store.store import HarnessStore
+    from services.pool import RolloutPool
+    from services.roles import RolePool, ray_services
+    from tasks import get_family
+
+    store = HarnessStore(store_path, create=True)
+    cfg = req.config
+    harness = validate_build(req, store_path)
+    if resume:
+        run = store.get_run(resume)
+        if run.kind != "data":
+            raise ValueError(f"run {resume!r} is a {run.kind} run, not a data build")
+        run_id = resume
+    else:
+        run_id = store.create_run("data", {**cfg.to_json(), "harness": harness.id})
+    lease = store.claim_run(run_id)
+    store.put_harness(harness, rationale="dataset build harness")
+    done = {e.payload["trajectory"]: e.payload["row"] for e in store.events(run_id, "correction")}
+    start_ray(req.address)
+    pool = RolloutPool(req.workers)
+    judges = experts = None
+    try:
+        if cfg.arm == "correction":
+            judges = RolePool("judge", cfg.judge, req.workers)
+            experts = RolePool("expert", cfg.expert, req.workers, family=cfg.family)
+        services = ray_services(pool, judges, experts)
+        builder = DatasetBuilder(
+            cfg, harness, get_family(cfg.family).generate("train"), services,
+            journal=lambda kind, payload: store.append_event(run_id, kind, payload), done=done, on_progress=progress,
+        )
+        batches = {name for name, _, _ in store.trajectory_batches(run_id)}
+
+        def sampled(name: str, model: str):
+            if name in batches:  # a resumed build reuses what it sampled before
+                return store.get_trajectories(run_id, name)
+            if progress:
+                progress({"stage": f"rollouts: {model}"})
+            trajs = builder.sample(model)
+            store.put_trajectories(run_id, trajs, batch=name)
+            return trajs
+
+        student = sampled("student", cfg.model)
+        expert_runs = sampled("expert", cfg.expert) if cfg.arm == "imitation" else []
+        rows, stats = builder.build(student, expert_runs)
+        if not rows:
+            raise ValueError(f"the {cfg.arm} arm produced no rows (student pass rate {stats['student_pass_rate']})")
+        expert_tokens = (
+            sum(t.tokens for t in expert_runs) if cfg.arm == "imitation"
+            else int(stats["usage"].get("expert", {}).get("tokens", 0))
+        )
+        manifest = {
+            "arm": cfg.arm, "config": cfg.to_json(), "harness_id": harness.id, "run_id": run_id, **stats,
+            "expert_tokens": expert_tokens, "expert_tokens_per_row": round(expert_tokens / len(rows), 1),
+            "created": time.time(),
+        }
+        if cfg.model.startswith("synthetic/"):
+            manifest["notice"] = TESTBED_NOTICE
+        rec = write_dataset(store.root, rows, manifest)
+        out = {**rec.manifest, "path": str(rec.path)}
+        store.finish_run(run_id, "done", out)
+        return out
+    finally:
+        for p in (pool, judges, experts):
+            if p is not None:
+                p.shutdown()
+        lease.release()
+
+
+# ------------------------------------------------------------------------------- train and evaluate
+def train_on(store_path: Path, dataset: str, base: str, backend: str, adapter_id: str | None = None,
+             config: dict[str, Any] | None = None, progress: Progress | None = None) -> Any:
+    """Train an adapter on a stored dataset through the one training interface."""
+    from harness_store.datasets import read_manifest, read_rows
+    from harness_store.store import HarnessStore
+    from services.training import train_adapter
+
+    rec = read_manifest(store_path, dataset)
+    adapter_id = adapter_id or f"{rec.manifest.get('arm', 'rows')}-{rec.id[3:13]}"
+    return train_adapter(read_rows(store_path, rec.id), base, adapter_id, config, HarnessStore(store_path), backend,
+                         progress=progress)
+
+
+def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, adapter_id: str, *, split: str = "test",
+                     repeats: int = 3, seed: int = 0, workers: int = 2, address: str | None = None) -> dict[str, Any]:
+    """The model with and without the adapter, same instances and seeds, pass@1 with 95% intervals."""
+    from cluster.runtime import start_ray
+    from harness_store.store import HarnessStore
+    from services.pool import RolloutJob, RolloutPool
+    from tasks import get_family
+
+    store = HarnessStore(store_path, create=True)
+    run_id = store.create_run("adapt-eval", {"family": family, "harness_id": harness.id, "model": model,
+                                             "adapter": adapter_id, "split": split, "repeats": repeats})
+    instances = get_family(family).generate(split)
+    start_ray(address)
+    pool = RolloutPool(workers)
+    try:
+        rates = {}
+        for label, m in (("base", model), ("adapted", f"{model}@{adapter_id}")):
+            trajs = pool.run([RolloutJob(i, harness, m, seed + 10_000 + r) for r in range(repeats) for i in instances])
+            store.put_trajectories(run_id, trajs, batch=label)
+            rates[label] = pass_rate(trajs)
+    finally:
+        pool.shutdown()
+    gain, ci = paired_difference(rates["base"], rates["adapted"])
+    out = {
+        "run_id": run_id, "family": family, "split": split, "repeats": repeats, "harness_id": harness.id,
+        "model": model, "adapter": adapter_id,
+        **{label: {k: v for k, v in r.as_json().items() if k != "per_instance"} for label, r in rates.items()},
+        "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)],
+    }
+    store.finish_run(run_id, "done", out)
+    return out
+
+
+# ------------------------------------------------------------------------------- judge accuracy
+def judge_accuracy(store_path: Path, family: str, judge: str, *, model: str = "synthetic/weak", split: str = "test",
+                   n: int | None = None, repeats: int = 2, seed: int = 0, workers: int = 2,
+                   address: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """A judge's failure-locus accuracy against the testbed's decisive turns (the answer key, read here
+    by analysis code only), exact and within one turn, beside two baselines measured on the same
+    failures: a random turn and the rule-based first guess (the first error observation)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agents.judge import rule_based_guess
+    from cluster.runtime import start_ray
+    from harness_store.store import HarnessStore
+    from services.pool import RolloutJob, RolloutPool
+    from services.roles import RolePool
+    from tasks import get_family
+
+    fam = get_family(family)
+    validate_model(judge)
+    instances = fam.generate(split, n)
+    store = HarnessStore(store_path, create=True)
+    run_id = store.create_run("judge-accuracy", {"family": family, "judge": judge, "model": model, "split": split,
+                                                  "n": len(instances), "repeats": repeats})
+    start_ray(address)
+    pool = RolloutPool(workers)
+    judges = RolePool("judge", judge, workers)
+    try:
+        h = fam.baseline_harness()
+        trajs = pool.run([RolloutJob(i, h, model, seed + r) for r in range(repeats) for i in instances])
+        store.put_trajectories(run_id, trajs, batch="rollouts")
+        keyed = [t for t in trajs if not t.passed and t.error != "infra" and t.ground_truth.get("decisive_turn") is not None]
+        if not keyed:
+            raise ValueError(f"no failed {model} rollout with a decisive turn on {family} {split}: nothing to score")
+        if progress:
+            progress({"stage": "judging", "failures": len(keyed)})
+        from harness_store.codec import decode, encode
+
+        with ThreadPoolExecutor(workers * 4) as ex:
+            loci = list(ex.map(lambda t: decode(judges.call("locate", encode(t.public_view()))[0]), keyed))
+    finally:
+        pool.shutdown()
+        judges.shutdown()
+    rng = random.Random(seed)
+    rows = []
+    for t, locus in zip(keyed, loci):
+        truth = t.ground_truth["decisive_turn"]
+        rows.append({"truth": truth, "judge": locus.turn_index, "random": rng.randrange(len(t.turns)),
+                     "first_error": rule_based_guess(t)[0], "unknown": locus.reason.startswith("unknown")})
+
+    def acc(key: str) -> dict[str, float]:
+        return {"exact": round(sum(r[key] == r["truth"] for r in rows) / len(rows), 4),
+                "within_one": round(sum(abs(r[key] - r["truth"]) <= 1 for r in rows) / len(rows), 4)}
+
+    out = {
+        "run_id": run_id, "family": family, "judge": judge, "model": model, "split": split,
+        "failures": sum(1 for t in trajs if not t.passed and t.error != "infra"), "with_decisive_turn": len(rows),
+        "judge_accuracy": acc("judge"), "random_turn": acc("random"), "first_error_observation": acc("first_error"),
+        "unparseable": sum(r["unknown"] for r in rows), "notice": TESTBED_NOTICE,
+    }
+    store.finish_run(run_id, "done", out)
+    return out
+
+
+def build_config(**kw: Any) -> BuildConfig:
+    if kw.get("arm") not in ARMS:
+        raise ValueError(f"--arm must be one of {', '.join(ARMS)}, got {kw.get('arm')!r}")
+    return BuildConfig(**kw)
+
+
+

@@ -1,0 +1,231 @@
+"""CLI for weight adaptation: `coevolve data build|show|list`, `coevolve adapt`, `coevolve judge accuracy`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from cluster.cli import DEFAULT_STORE, JsonOpt, SeedOpt, StoreOpt, UsageError, _echo_json, cli_errors
+
+data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
+judge_app = typer.Typer(no_args_is_help=True, help="The judge role.")
+
+ArmOpt = Annotated[str, typer.Option("--arm", help="correction (the method) or imitation (the baseline)")]
+FamilyOpt = Annotated[str, typer.Option("--family")]
+HarnessOpt = Annotated[str, typer.Option("--harness", help="harness id, prefix, alias or 'baseline'")]
+ModelOpt = Annotated[str, typer.Option("--model", help="the weak model (the student)")]
+ExpertOpt = Annotated[str, typer.Option("--expert", help="expert model (rewriter / imitation teacher)")]
+JudgeOpt = Annotated[str, typer.Option("--judge", help="judge model")]
+RowsOpt = Annotated[int, typer.Option("--rows", help="target dataset size")]
+KOpt = Annotated[int, typer.Option("--k", help="rewrite candidates per failure")]
+SamplesOpt = Annotated[int, typer.Option("--samples", help="rollouts per train instance")]
+VerifiedOpt = Annotated[bool, typer.Option("--require-verified", help="keep only corrections whose replay passed")]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="actors per pool")]
+AddressOpt = Annotated[str | None, typer.Option("--address", help="attach to a Ray cluster")]
+
+
+class _Stage:
+    """A one-line live status on stderr for long builds (off with --json)."""
+
+    def __init__(self, enabled: bool):
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.enabled = enabled
+
+    def __call__(self, p: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if p.get("stage") == "correct":
+            self.console.print(f"  corrections: {p['rows']} rows from {p['handled']}/{p['failures']} failures", highlight=False)
+        else:
+            self.console.print(f"  {p.get('stage')}", highlight=False)
+
+
+def _request(arm: str, family: str, harness: str, model: str, expert: str, judge: str, rows: int, k: int,
+             samples: int, require_verified: bool, seed: int, workers: int, address: str | None):
+    from cluster.adapt import BuildRequest, build_config
+
+    cfg = build_config(arm=arm, family=family, model=model, expert=expert, judge=judge, rows=rows, k=k,
+                       samples=samples, require_verified=require_verified, seed=seed)
+    return BuildRequest(cfg, harness, workers, address)
+
+
+def _print_manifest(m: dict[str, Any]) -> None:
+    from cluster.display import console
+
+    console.print(f"dataset [bold]{m['id']}[/bold] ({m['arm']}): {m['rows']} rows at {m.get('path', '')}")
+    console.print("  by provenance: " + ", ".join(f"{k} {v}" for k, v in sorted(m.get("by_kind", {}).items())))
+    if m.get("verified_share") is not None:
+        console.print(f"  verified by replay: {m['verified_share']:.0%} of corrected rows")
+    console.print(f"  student rollouts {m.get('student_rollouts')} (pass rate {m.get('student_pass_rate')}), "
+                  f"expert tokens {m.get('expert_tokens')} ({m.get('expert_tokens_per_row')} per row)")
+    for role, u in sorted((m.get("usage") or {}).items()):
+        console.print(f"  {role}: {int(u.get('calls', 0))} calls, {int(u.get('tokens', 0))} tokens, ${u.get('usd', 0):.4f}")
+    if m.get("notice"):
+        console.print(f"[dim]note: {m['notice']}[/dim]")
+
+
+@data_app.command("build")
+@cli_errors
+def data_build(
+    arm: ArmOpt = "correction",
+    family: FamilyOpt = "iot",
+    harness: HarnessOpt = "baseline",
+    model: ModelOpt = "synthetic/weak",
+    expert: ExpertOpt = "synthetic/expert",
+    judge: JudgeOpt = "synthetic/judge",
+    rows: RowsOpt = 500,
+    k: KOpt = 3,
+    samples: SamplesOpt = 4,
+    require_verified: VerifiedOpt = False,
+    resume: Annotated[str | None, typer.Option("--resume", help="continue an interrupted build run")] = None,
+    workers: WorkersOpt = 2,
+    address: AddressOpt = None,
+    seed: SeedOpt = 0,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build one arm's training rows (JSONL + Parquet, content-addressed, in the store)."""
+    from cluster.adapt import build_dataset, validate_build
+
+    req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address)
+    validate_build(req, store)
+    out = build_dataset(req, store, resume=resume, progress=_Stage(not as_json))
+    _echo_json(out) if as_json else _print_manifest(out)
+
+
+@data_app.command("show")
+@cli_errors
+def data_show(dataset: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None:
+    """A dataset's manifest: rows by provenance, verified share, expert tokens."""
+    from harness_store.datasets import read_manifest
+
+    rec = read_manifest(store, dataset)
+    out = {**rec.manifest, "path": str(rec.path)}
+    _echo_json(out) if as_json else _print_manifest(out)
+
+
+@data_app.command("list")
+@cli_errors
+def data_list(store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None:
+    """Datasets in the store."""
+    from harness_store.datasets import list_datasets
+
+    recs = [{"id": r.id, "arm": r.manifest.get("arm"), "rows": r.manifest.get("rows"),
+             "family": (r.manifest.get("config") or {}).get("family")} for r in list_datasets(store)]
+    if as_json:
+        _echo_json(recs)
+        return
+    for r in recs:
+        typer.echo(f"{r['id']}  {r['arm']:10s} {r['family'] or '-':10s} {r['rows']} rows")
+
+
+def adapt_cmd(
+    arm: ArmOpt = "correction",
+    family: FamilyOpt = "iot",
+    harness: HarnessOpt = "baseline",
+    model: ModelOpt = "synthetic/weak",
+    expert: ExpertOpt = "synthetic/expert",
+    judge: JudgeOpt = "synthetic/judge",
+    rows: RowsOpt = 500,
+    k: KOpt = 3,
+    samples: SamplesOpt = 4,
+    require_verified: VerifiedOpt = False,
+    backend: Annotated[str, typer.Option("--backend", help="synthetic (synthetic models) or peft (real LoRA)")] = "",
+    base: Annotated[str, typer.Option("--base", help="peft: the base model folder")] = "",
+    eval_model: Annotated[str, typer.Option("--eval-model", help="model ref the adapter is served under (default --model)")] = "",
+    repeats: Annotated[int, typer.Option("--repeats", help="test-split rollouts per instance")] = 3,
+    overrides: Annotated[list[str] | None, typer.Argument(help="TrainConfig key=value, e.g. epochs=3")] = None,
+    workers: WorkersOpt = 2,
+    address: AddressOpt = None,
+    seed: SeedOpt = 0,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build -> train -> evaluate model@adapter on the test split against the base weights."""
+    import yaml
+
+    from cluster.adapt import build_dataset, evaluate_adapter, train_on, validate_build
+
+    req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address)
+    h = validate_build(req, store)
+    synthetic = model.startswith("synthetic/")
+    backend = backend or ("synthetic" if synthetic else "peft")
+    if backend == "peft" and not base:
+        raise UsageError("--backend peft needs --base (the base model folder)")
+    if repeats < 1:
+        raise UsageError(f"--repeats must be positive, got {repeats}")
+    train_cfg: dict[str, Any] = {}
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"override {item!r} is not key=value")
+        train_cfg[key] = yaml.safe_load(value)
+    stage = _Stage(not as_json)
+    manifest = build_dataset(req, store, progress=stage)
+    stage({"stage": f"training on {manifest['id']} ({backend})"})
+    adapter = train_on(store, manifest["id"], base or model, backend, config=train_cfg)
+    stage({"stage": f"evaluating {eval_model or model}@{adapter.id}"})
+    result = evaluate_adapter(store, family, h, eval_model or model, adapter.id, repeats=repeats, seed=seed,
+                              workers=workers, address=address)
+    out = {"dataset": manifest, "adapter": {"id": adapter.id, "path": adapter.path, "metrics": adapter.metrics}, "eval": result}
+    if as_json:
+        _echo_json(out)
+        return
+    from cluster.display import console
+
+    _print_manifest(manifest)
+    b, a = result["base"], result["adapted"]
+    console.print(
+        f"{family} test ({repeats} seeds): {result['model']} {b['pass_at_1']:.1%} [{b['ci95'][0]:.0%}, {b['ci95'][1]:.0%}] -> "
+        f"+{adapter.id} {a['pass_at_1']:.1%} [{a['ci95'][0]:.0%}, {a['ci95'][1]:.0%}], "
+        f"gain {result['gain'] * 100:+.1f} pts [{result['gain_ci95'][0] * 100:+.1f}, {result['gain_ci95'][1] * 100:+.1f}]"
+    )
+
+
+@judge_app.command("accuracy")
+@cli_errors
+def judge_accuracy_cmd(
+    family: FamilyOpt = "iot",
+    judge: JudgeOpt = "synthetic/judge",
+    model: Annotated[str, typer.Option("--model", help="whose failures are judged (a synthetic model: the answer key)")] = "synthetic/weak",
+    split: Annotated[str, typer.Option("--split")] = "test",
+    n: Annotated[int | None, typer.Option("--n", help="instances (default: the whole split)")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="rollouts per instance")] = 2,
+    workers: WorkersOpt = 2,
+    address: AddressOpt = None,
+    seed: SeedOpt = 0,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """Failure-locus accuracy of a judge against the testbed's decisive turns, with two baselines."""
+    from cluster.adapt import judge_accuracy
+    from tasks import get_family
+
+    if not model.startswith("synthetic/"):
+        raise UsageError("the answer key exists for synthetic models only: --model must be synthetic/...")
+    fam = get_family(family)
+    fam.generate(split, n)  # validates split and n
+    out = judge_accuracy(store, family, judge, model=model, split=split, n=n, repeats=repeats, seed=seed,
+                         workers=workers, address=address, progress=_Stage(not as_json))
+    if as_json:
+        _echo_json(out)
+        return
+    from cluster.display import console
+
+    console.print(f"{family} {split}: {out['with_decisive_turn']} failed {model} rollouts with a decisive turn "
+                  f"(of {out['failures']} failures)")
+    for label, key in (("judge " + judge, "judge_accuracy"), ("random turn", "random_turn"),
+                       ("first error observation", "first_error_observation")):
+        a = out[key]
+        console.print(f"  {label:32s} exact {a['exact']:.1%}  within one turn {a['within_one']:.1%}")
+    console.print(f"[dim]note: {out['notice']}[/dim]")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(data_app, name="data")
+    app.add_typer(judge_app, name="judge")
+    app.command("adapt")(cli_errors(adapt_cmd))
+

@@ -1,0 +1,148 @@
+"""The judge and the expert rewriter as pools of Ray actors beside the executor pool (DESIGN §4).
+
+`agents.judge.Judge` and `agents.expert.ExpertRewriter` stay plain classes; `RoleWorker` hosts one of
+them behind the model gateway and `RolePool` makes workers actors at launch. Values cross the wire
+encoded by the one codec (`FailureLocus`, `Trajectory`; candidates are plain JSON). A call whose
+actor dies is re-run on a replacement actor, so killing a judge or expert actor mid-build loses no
+work; each call returns the model usage it cost, so spend is counted once even across retries.
+`ray_services` wires the pools and the rollout pool into a dataset build's `Services`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import ray
+import structlog
+
+from agents.correction import Services
+from agents.judge import RoleUsage
+from harness_store.codec import decode, encode
+from harness_store.values import FailureLocus, Harness, Trajectory
+from services.logs import configure_logging
+from services.pool import ACTOR_LOST, RolloutPool
+
+log = structlog.get_logger(role="roles")
+ROLES = ("judge", "expert")
+
+
+class RoleWorker:
+    """Plain class; `RolePool` makes it a Ray actor. Plays `role` with `model` through the gateway."""
+
+    def __init__(self, role: str, model: str, family: str | None = None) -> None:
+        from agents.expert import ExpertRewriter
+        from agents.judge import Judge
+        from services.gateway import Gateway
+
+        configure_logging()
+        gateway = Gateway()
+        gateway.warm_up()
+
+        def complete(m: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int):
+            return gateway.complete(m, messages, tools, seed=seed)
+
+        if role == "judge":
+            self.agent: Any = Judge(model, complete)
+        elif role == "expert":
+            from tasks import get_family
+
+            handbook = get_family(family).handbook if family else None
+            self.agent = ExpertRewriter(model, complete, handbook)
+        else:
+            raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
+
+    def ready(self) -> bool:
+        return True
+
+    def locate(self, traj: bytes) -> tuple[bytes, dict[str, Any]]:
+        used = RoleUsage()
+        return encode(self.agent.locate(decode(traj), usage=used)), used.as_json()
+
+    def score(self, traj: bytes, locus: bytes, candidate: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        used = RoleUsage()
+        return self.agent.score(decode(traj), decode(locus), candidate, usage=used), used.as_json()
+
+    def rewrite(self, traj: bytes, locus: bytes, k: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        used = RoleUsage()
+        t = decode(traj)
+        return self.agent.rewrite(t, decode(locus), k, seed=t.seed, usage=used), used.as_json()
+
+
+class RolePool:
+    """`workers` actors playing one role; `call` runs a method on the next actor, re-running it on a
+    replacement when the actor dies (up to `max_replacements` in the pool's life)."""
+
+    def __init__(self, role: str, model: str, workers: int = 2, *, family: str | None = None,
+                 num_cpus: float = 0.25, max_concurrency: int = 16, max_replacements: int = 8):
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.role = role
+        self._args = (role, model, family)
+        self._options = {"num_cpus": num_cpus, "max_concurrency": max_concurrency, "name": None}
+        self.max_replacements = max_replacements
+        self.replacements = 0
+        self._lock = threading.Lock()
+        self.actors = [self._spawn() for _ in range(workers)]
+        ray.get([a.ready.remote() for a in self.actors])
+        self._next = itertools.count()
+
+    def _spawn(self) -> Any:
+        from services.pool import worker_env
+
+        return ray.remote(RoleWorker).options(
+            num_cpus=self._options["num_cpus"], max_concurrency=self._options["max_concurrency"],
+            runtime_env={"env_vars": worker_env()},
+        ).remote(*self._args)
+
+    def call(self, method: str, *args: Any) -> Any:
+        while True:
+            with self._lock:
+                actor = self.actors[next(self._next) % len(self.actors)]
+            try:
+                return ray.get(getattr(actor, method).remote(*args))
+            except ACTOR_LOST as e:
+                self._replace(actor, e)
+
+    def _replace(self, actor: Any, error: Exception) -> None:
+        with self._lock:
+            if actor not in self.actors:
+                return  # another caller replaced it already
+            self.replacements += 1
+            if self.replacements > self.max_replacements:
+                raise RuntimeError(f"{self.role} actors keep dying ({self.replacements} replaced): {error}") from error
+            log.warning("role actor lost; re-running its call on a new actor", role=self.role, error=str(error)[:200])
+            self.actors[self.actors.index(actor)] = self._spawn()
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []
+
+
+def ray_services(rollouts: RolloutPool, judges: RolePool | None, experts: RolePool | None) -> Services:
+    """A dataset build's services on the cluster: rollouts and replays on the executor pool, the
+    judge's and the expert's calls on their pools."""
+    from services.pool import PoolEvaluator
+
+    def locate(traj: Trajectory) -> tuple[FailureLocus, dict[str, Any]]:
+        locus, used = judges.call("locate", encode(traj))
+        return decode(locus), used
+
+    def score(traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        return judges.call("score", encode(traj), encode(locus), candidate)
+
+    def rewrite(traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return experts.call("rewrite", encode(traj), encode(locus), k)
+
+    def replay(traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
+        return rollouts.replay(traj, harness, turn, forced)
+
+    return Services(
+        rollouts=PoolEvaluator(rollouts).evaluate,
+        locate=locate if judges else None,
+        rewrite=rewrite if experts else None,
+        score=score if judges else None,
+        replay=replay,
+    )
