@@ -22,7 +22,7 @@ from tasks import get_family
 from tests.rollouts import InProcessEvaluator, proposer_complete, rollout_all
 
 FAM = get_family("iot")
-ANSWER_KEY_MARKERS = ("ground_truth", "recorded_cause", "decisive", "deviations", '"traps"', '"cause"', "relied_on", "oracle")
+ANSWER_KEY_MARKERS = ("ground_truth", "recorded_cause", "decisive_turn", "deviations", '"traps"', '"cause"', "relied_on", "oracle")
 
 
 def answer_key_leaks(text: str, family) -> list[str]:

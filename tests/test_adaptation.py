@@ -1,0 +1,223 @@
+"""Weight adaptation: the judge and expert roles (recorded answers), the correction and imitation rows,
+the replay check, datasets, the information boundary, and actor loss during a build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.correction import BuildConfig, DatasetBuilder
+from agents.executor import Completion, assistant_positions
+from agents.expert import ExpertRewriter
+from agents.judge import Judge
+from agents.local import LocalEvaluator, local_services
+from harness_store.values import FailureLocus
+from tasks import get_family
+from tests.rollouts import _GATEWAY, proposer_complete, rollout_all
+
+FIXTURES = Path(__file__).parent / "fixtures" / "roles"
+FAM = get_family("iot")
+H = FAM.baseline_harness()
+
+
+class Recorded:
+    """Replays recorded answers in order (then the last one); keeps what it was sent."""
+
+    def __init__(self, *texts: str):
+        self.texts = list(texts)
+        self.sent: list[str] = []
+
+    def __call__(self, model, messages, tools, seed):
+        self.sent.append(json.dumps(messages))
+        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+        return Completion({"role": "assistant", "content": text}, 100, 20, 0.001)
+
+
+@pytest.fixture(scope="module")
+def weak_failures():
+    trajs = rollout_all(FAM.generate("train", 40), H, "synthetic/weak")
+    return [t for t in trajs if not t.passed]
+
+
+# ------------------------------------------------------------------ recorded answers
+def test_judge_parses_a_fenced_answer_with_prose(weak_failures):
+    t = next(t for t in weak_failures if len(t.turns) > 2)
+    locus = Judge("x/recorded", Recorded((FIXTURES / "judge_locate_fenced.txt").read_text())).locate(t)
+    assert locus.turn_index == 2 and "spikes" in locus.reason
+
+
+def test_judge_retries_an_invalid_answer_then_records_unknown_with_the_rule_based_guess(weak_failures):
+    t = weak_failures[0]
+    rec = Recorded((FIXTURES / "judge_locate_out_of_range.txt").read_text())
+    judge = Judge("x/recorded", rec, retries=2)
+    locus = judge.locate(t)
+    assert len(rec.sent) == 3 and judge.usage.unparseable == 3
+    assert locus.reason.startswith("unknown") and 0 <= locus.turn_index < len(t.turns)
+
+
+def test_expert_parses_candidates_and_marks_the_unparseable_one(weak_failures):
+    t = weak_failures[0]
+    rec = Recorded((FIXTURES / "expert_rewrite_gemini.txt").read_text())
+    cands = ExpertRewriter("x/recorded", rec).rewrite(t, FailureLocus(t.id, 0, "r"), k=3)
+    assert cands[0]["tool_call"]["name"] == "upload_report" and "consecutive" in cands[0]["strategy"]
+    assert cands[1]["tool_call"]["arguments"] == {"query": "SELECT 1"}  # arguments given as a JSON string
+    assert "error" in cands[2]  # an empty strategy is not a rewrite
+
+
+def test_judge_scores_a_schema_breaking_candidate_zero_without_asking(weak_failures):
+    t = weak_failures[0]
+    rec = Recorded('{"score": 1.0}')
+    verdict = Judge("x/recorded", rec).score(t, FailureLocus(t.id, 0, "r"),
+                                             {"strategy": "s", "tool_call": {"name": "upload_report", "arguments": {}}})
+    assert verdict["score"] == 0.0 and not verdict["valid"] and rec.sent == []
+
+
+# ------------------------------------------------------------------ the arms' rows
+@pytest.fixture(scope="module")
+def built():
+    evaluator = LocalEvaluator(_GATEWAY)
+    judge = Judge("synthetic/judge", proposer_complete)
+    expert = ExpertRewriter("synthetic/expert", proposer_complete, FAM.handbook)
+    out = {}
+    for arm in ("correction", "imitation"):
+        cfg = BuildConfig(arm, "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=60, samples=3)
+        builder = DatasetBuilder(cfg, H, FAM.generate("train"), local_services(evaluator, judge, expert))
+        student = builder.sample(cfg.model)
+        experts = builder.sample(cfg.expert) if arm == "imitation" else []
+        out[arm] = (builder.build(student, experts), student, evaluator)
+    return out
+
+
+def test_a_correction_row_carries_loss_on_exactly_one_assistant_turn_the_last(built):
+    (rows, stats), _, _ = built["correction"]
+    corrected = [r for r in rows if r.provenance["kind"] == "corrected"]
+    assert corrected and stats["by_kind"]["corrected"] == len(corrected)
+    for r in corrected:
+        trained = [i for i, m in enumerate(r.messages) if m.get("role") == "assistant" and m.get("train")]
+        assert trained == [len(r.messages) - 1]  # one turn, and nothing after it
+        assert len(r.messages[-1]["tool_calls"]) == 1 and r.messages[-1]["content"]
+
+
+def test_the_prefix_is_the_weak_models_own_text_unchanged(built):
+    (rows, _), student, _ = built["correction"]
+    by_id = {t.id: t for t in student}
+    for r in (r for r in rows if r.provenance["kind"] == "corrected"):
+        source = by_id[r.provenance["trajectory"]]
+        turn = r.provenance["locus"]["turn"]
+        prefix = source.messages[: assistant_positions(source.messages)[turn]]
+        assert [{k: v for k, v in m.items() if k != "train"} for m in r.messages[:-1]] == list(prefix)
+        assert all(m.get("train") is False for m in r.messages[:-1] if m.get("role") == "assistant")
+
+
+def test_the_replay_really_resumes_from_the_corrected_turn(built):
+    (rows, _), student, evaluator = built["correction"]
+    by_id = {t.id: t for t in student}
+    row = next(r for r in rows if r.provenance["kind"] == "corrected" and r.provenance["locus"]["turn"] > 0)
+    source = by_id[row.provenance["trajectory"]]
+    turn = row.provenance["locus"]["turn"]
+    corrected = {k: v for k, v in row.messages[-1].items() if k != "train"}
+    replay = evaluator.replay(source, H, turn, corrected)
+    pos = assistant_positions(replay.messages)[turn]
+    assert replay.messages[:pos] == source.messages[:pos]
+    assert replay.messages[pos]["tool_calls"] == corrected["tool_calls"]
+    assert replay.passed == row.provenance["replay_passed"]
+
+
+def test_provenance_and_self_pass_rows(built):
+    (rows, stats), student, _ = built["correction"]
+    for r in rows:
+        if r.provenance["kind"] == "corrected":
+            p = r.provenance
+            assert {"trajectory", "locus", "candidates", "replay_passed", "verified"} <= set(p)
+            assert len(p["candidates"]) == 3 and all("score" in c for c in p["candidates"])
+    self_pass = [r for r in rows if r.provenance["kind"] == "self-pass"]
+    assert 0 < len(self_pass) <= round(60 * 0.1)
+    runs = {}
+    for t in student:
+        runs.setdefault(t.instance.id, []).append(t.passed)
+    for r in self_pass:  # only instances at the capability boundary, only their passing rollouts
+        assert 0 < sum(runs[r.provenance["instance"]]) < len(runs[r.provenance["instance"]])
+        assert all(m.get("train") for m in r.messages if m.get("role") == "assistant")
+    assert stats["usage"]["expert"]["tokens"] > 0 and stats["usage"]["judge"]["calls"] > 0
+
+
+def test_imitation_rows_are_the_experts_passing_rollouts_with_loss_everywhere(built):
+    (rows, stats), _, _ = built["imitation"]
+    full = [r for r in rows if r.provenance["kind"] == "expert-full"]
+    assert full and stats["by_kind"]["expert-full"] == len(full)
+    for r in full:
+        assert r.provenance["model"] == "synthetic/expert"
+        assert all(m.get("train") for m in r.messages if m.get("role") == "assistant")
+    assert any(len(m.get("tool_calls") or ()) > 1 for r in full for m in r.messages)  # the expert batches
+
+
+def test_datasets_load_unchanged_with_hugging_face(built, tmp_path):
+    import datasets
+
+    from harness_store.datasets import read_rows, write_dataset
+
+    (rows, stats), _, _ = built["correction"]
+    rec = write_dataset(tmp_path, rows, {"arm": "correction", **stats})
+    assert write_dataset(tmp_path, rows, {"arm": "again"}).id == rec.id  # content-addressed
+    assert read_rows(tmp_path, rec.id) == rows
+    jsonl = datasets.load_dataset("json", data_files=str(rec.jsonl), split="train")
+    parquet = datasets.load_dataset("parquet", data_files=str(rec.parquet), split="train")
+    assert len(jsonl) == len(parquet) == len(rows)
+    assert jsonl[0]["messages"][-1]["role"] == "assistant"
+    assert json.loads(parquet[0]["provenance"])["kind"] == rows[0].provenance["kind"]
+
+
+def test_the_judge_and_the_expert_never_receive_the_answer_key(weak_failures):
+    from tests.test_boundaries import answer_key_leaks
+
+    judge_rec, expert_rec = Recorded('{"turn": 0, "reason": "r"}'), Recorded('{"candidates": []}')
+    judge, expert = Judge("x/j", judge_rec, retries=0), ExpertRewriter("x/e", expert_rec, retries=0)
+    for t in weak_failures[:10]:
+        assert t.ground_truth.get("deviations")  # there is something to leak
+        locus = judge.locate(t)
+        expert.rewrite(t, locus, k=2)
+        judge.score(t, locus, {"strategy": "s", "tool_call": {"name": "list_objects", "arguments": {}}})
+    assert judge_rec.sent and expert_rec.sent
+    for text in judge_rec.sent + expert_rec.sent:
+        assert answer_key_leaks(text, FAM) == []
+
+
+# ------------------------------------------------------------------ actor loss during a build
+def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tmp_path):
+    import threading
+
+    import ray
+
+    from services.pool import RolloutPool
+    from services.roles import RolePool, ray_services
+
+    cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=12, samples=1,
+                      concurrency=4)
+    pool = RolloutPool(2)
+    judges, experts = RolePool("judge", cfg.judge, 2), RolePool("expert", cfg.expert, 2, family="iot")
+    try:
+        services = ray_services(pool, judges, experts)
+        calm = DatasetBuilder(cfg, H, FAM.generate("train"), services)
+        student = calm.sample(cfg.model)
+        expected, _ = calm.build(student)
+
+        killed = threading.Event()
+        journal = []
+
+        def kill_once(kind, payload):
+            journal.append(payload["trajectory"])
+            if not killed.is_set():
+                killed.set()
+                ray.kill(judges.actors[0], no_restart=True)
+                ray.kill(experts.actors[1], no_restart=True)
+
+        stormy = DatasetBuilder(cfg, H, FAM.generate("train"), services, journal=kill_once)
+        rows, _ = stormy.build(student)
+    finally:
+        for p in (pool, judges, experts):
+            p.shutdown()
+    assert killed.is_set() and judges.replacements >= 1 and experts.replacements >= 1
+    assert [r.to_json() for r in rows] == [r.to_json() for r in expected]
+    assert len(journal) == len(set(journal))  # nothing handled twice
