@@ -26,7 +26,7 @@ from agents.transcript import (
     tool_schemas,
     turn_records,
 )
-from harness_store.values import FailureLocus, Trajectory
+from harness_store.values import FAILURE_CATEGORIES, FailureLabel, FailureLocus, Trajectory
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
 Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
@@ -153,6 +153,61 @@ class Judge:
             return {"score": 0.0, "valid": True, "consistent": False, "addresses": False,
                     "why": f"{UNKNOWN}: the judge's answer could not be parsed"}
         return scored
+
+    # ------------------------------------------------------------------ failure taxonomy
+    def classify(
+        self, traj: Trajectory, locus: FailureLocus | None = None, seed: int = 0, usage: RoleUsage | None = None
+    ) -> FailureLabel:
+        """One of the six categories (`harness_store.values.FAILURE_CATEGORIES`) with a rationale; an
+        unparseable answer is recorded as category `other` with an `unknown:` rationale. Infra errors
+        are not failures of the model and are refused."""
+        if traj.passed or traj.error == "infra":
+            raise ValueError(f"trajectory {traj.id[:12]} is not a task failure (passed or infra): nothing to classify")
+        locus = locus or self.locate(traj, seed, usage)
+        payload = {
+            "task": traj.instance.instruction,
+            "tools": tool_schemas(traj),
+            "turns": turn_records(traj),
+            "grader_report": grader_report(traj),
+            "evidence": classification_evidence(traj, locus),
+        }
+
+        def parse(obj: dict[str, Any]) -> FailureLabel | None:
+            cat, why = obj.get("category"), obj.get("rationale", "")
+            if cat not in FAILURE_CATEGORIES or not isinstance(why, str):
+                return None
+            return FailureLabel(cat, why.strip() or "(no rationale given)")
+
+        label = self._ask("judge_classify.md", payload, "Classify the failure.", seed, parse, usage)
+        return label or FailureLabel("other", f"{UNKNOWN}: the judge's answer could not be parsed")
+
+
+def classification_evidence(traj: Trajectory, locus: FailureLocus) -> dict[str, Any]:
+    """Rule-based evidence handed to the judge for the taxonomy (all of it observable)."""
+    import re
+
+    malformed = [
+        {"turn": i, "call": c["name"], "observation": r[:200]}
+        for i, rec in enumerate(traj.turns)
+        for c, r in zip(rec.tool_calls, rec.tool_results)
+        if r.startswith(("error", "[validate_args]")) and re.search(r"argument|schema|json|required|missing", r, re.IGNORECASE)
+    ]
+    events = traj.turns[locus.turn_index].events if locus.turn_index < len(traj.turns) else ()
+    # the instruction's explicit items (quoted or back-ticked literals, addresses) that no call of the
+    # agent ever passed on: a sign it ignored something the task spelled out
+    quoted = re.findall(r"`([^`]{2,80})`|'([^']{2,80})'|\"([^\"]{2,80})\"|([\w.+-]+@[\w-]+\.[\w.-]+)", traj.instance.instruction)
+    items = list(dict.fromkeys(x for groups in quoted for x in groups if x))
+    sent = " ".join(c["arguments"] for rec in traj.turns for c in rec.tool_calls)
+    sent_plain = sent.replace('\\"', '"')
+    missing = [x for x in items if x not in sent and x not in sent_plain]
+    observed = sum(len(r) for rec in traj.turns[: locus.turn_index] for r in rec.tool_results) // 4
+    return {
+        "malformed_calls": malformed,
+        "context_cut_at_locus": any(e.startswith("context:") for e in events),
+        "observation_tokens_before_locus": observed,
+        "instruction_items_missing": missing,
+        "failure_locus": {"turn": locus.turn_index, "reason": locus.reason},
+    }
 
 
 def check_call(call: Any, tools: list[dict[str, Any]]) -> tuple[bool, str]:

@@ -42,6 +42,8 @@ def answer(role: str, messages: list[dict[str, Any]], profile_name: str, seed: i
         out = locate(payload)
     elif role == "judge-score":
         out = score(payload)
+    elif role == "judge-classify":
+        out = classify(payload)
     elif role == "expert-rewrite":
         out = {"candidates": [rewrite(payload, seed * 1000 + i) for i in range(int(payload.get("k", 1)))]}
     else:
@@ -119,6 +121,31 @@ def locate(payload: dict[str, Any]) -> dict[str, Any]:
         return {"turn": turn, "reason": f"turn {turn} is the last change the agent made before finishing"}
     guess = payload.get("rule_based_guess") or {"turn": max(0, len(turns) - 2)}
     return {"turn": guess["turn"], "reason": "no call changed anything; taking the first guess"}
+
+
+LONG_OBSERVATIONS = 6000  # tokens observed before the failing turn that make lost context plausible
+
+
+def classify(payload: dict[str, Any]) -> dict[str, Any]:
+    """The taxonomy from the rule-based evidence and the turns, checked in order of specificity."""
+    ev = payload["evidence"]
+    turns = payload["turns"]
+    locus = ev["failure_locus"]["turn"]
+    at = turns[locus] if 0 <= locus < len(turns) else {"calls": [], "observations": []}
+    if any(m["turn"] == locus for m in ev["malformed_calls"]) or any(o.startswith("error") for o in at["observations"]):
+        return {"category": "tool-use", "rationale": f"the call at turn {locus} came back with an error"}
+    if len(at["calls"]) > 1:
+        return {"category": "planning", "rationale": f"turn {locus} tried {len(at['calls'])} steps at once and stopped short"}
+    if ev["context_cut_at_locus"] or ev["observation_tokens_before_locus"] > LONG_OBSERVATIONS:
+        return {"category": "long-context", "rationale": "much of what the agent read was out of view by the failing turn"}
+    failed = [f"{r.get('id', '')} {r.get('reason', '')}".lower() for r in payload.get("grader_report", ()) if not r.get("passed")]
+    items = [x for x in ev["instruction_items_missing"] if any(x.lower() in f for f in failed)]
+    if items and all(any(x.lower() in f for x in items) for f in failed):
+        return {"category": "instruction-following",
+                "rationale": f"the task spelled out {', '.join(items[:3])}; no call used it and that is all the grader faults"}
+    if any(not r.get("passed") for r in payload.get("grader_report", ())):
+        return {"category": "implicit-knowledge", "rationale": "the output is wrong although the task's explicit requirements were met"}
+    return {"category": "other", "rationale": "nothing observable explains the failure"}
 
 
 def score(payload: dict[str, Any]) -> dict[str, Any]:

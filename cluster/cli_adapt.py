@@ -10,6 +10,7 @@ from cluster.cli import DEFAULT_STORE, JsonOpt, SeedOpt, StoreOpt, UsageError, _
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
 judge_app = typer.Typer(no_args_is_help=True, help="The judge role.")
+experiment_app = typer.Typer(no_args_is_help=True, help="Experiments that run a whole protocol.")
 
 ArmOpt = Annotated[str, typer.Option("--arm", help="correction (the method) or imitation (the baseline)")]
 FamilyOpt = Annotated[str, typer.Option("--family")]
@@ -224,8 +225,36 @@ def judge_accuracy_cmd(
     console.print(f"[dim]note: {out['notice']}[/dim]")
 
 
+@experiment_app.command("paper")
+@cli_errors
+def experiment_paper(
+    config: Annotated[str, typer.Option("--config", help="experiment YAML (deploy/experiments/*.yaml)")] = "",
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. repeats=2 families='[iot]'")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="continue an experiment run; finished cells are kept")] = None,
+    address: AddressOpt = None,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """The reference study's matrix: {weak, expert} x {baseline, evolved} x {base, imitation, correction}."""
+    from cluster.experiment import ExperimentConfig, load_config, run_experiment
+
+    if not config and not resume:
+        raise UsageError("--config FILE (or --resume RUN_ID) is required")
+    cfg = load_config(config, overrides or ()) if config else ExperimentConfig()
+    stage = _Stage(not as_json)
+    out = run_experiment(cfg, store, resume=resume, address=address,
+                         progress=lambda p: stage({"stage": f"cell {p['cell']} ({p['done']} done)"}))
+    if as_json:
+        _echo_json(out)
+        return
+    from cluster.display import experiment_table
+
+    experiment_table(out)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(data_app, name="data")
     app.add_typer(judge_app, name="judge")
+    app.add_typer(experiment_app, name="experiment")
     app.command("adapt")(cli_errors(adapt_cmd))
 

@@ -199,3 +199,24 @@ def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
     console.print(t)
     if any(r["model"].startswith("synthetic/") for r in rows):
         testbed_notice()
+
+
+def experiment_table(out: dict[str, Any]) -> None:
+    """The reference study's table: test pass@1 [95% CI] per family, model and harness, by weights."""
+
+    def cell(c: dict[str, Any] | None) -> str:
+        return "-" if c is None else f"{c['pass_at_1']:.1%} [{c['ci95'][0]:.0%}, {c['ci95'][1]:.0%}]"
+
+    cfg = out["config"]
+    t = Table(title=f"test pass@1 [95% CI], {cfg['repeats']} seeds per instance")
+    for col in ("family", "model", "harness", "base weights", "+ imitation", "+ correction"):
+        t.add_column(col)
+    for r in out["rows"]:
+        if r["model"] == "expert":
+            t.add_row(r["family"], cfg["expert"], r["harness"], cell(r["base"]), "n/a", "n/a")
+        else:
+            t.add_row(r["family"], cfg["weak"], r["harness"], cell(r["base"]), cell(r["imitation"]), cell(r["correction"]))
+    console.print(t)
+    console.print(f"run {out['run_id']}: {out['cells_done']} of {out['cells_total']} cells done")
+    if out.get("notice"):
+        testbed_notice()
