@@ -21,6 +21,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from agents.analysis import reads_only
 from agents.context import approx_tokens, message_tokens
 from agents.transcript import payload_from_messages
 
@@ -83,16 +84,6 @@ def _call_words(call: dict[str, Any]) -> set[str]:
     return words
 
 
-READ_VERBS = ("read", "list", "get", "search", "show", "fetch", "find", "look", "query", "run", "return", "view", "open", "go ")
-
-
-def _reads_only(tool: dict[str, Any]) -> bool:
-    """Whether a tool only reads or checks (judged from its name and description, as a reader would)."""
-    text = f"{tool.get('name', '').replace('_', ' ')} | {tool.get('description', '')}".lower()
-    first_words = (text.split("|")[0].strip(), text.split("|")[1].strip())
-    return any(w.startswith(READ_VERBS) for w in first_words)
-
-
 def locate(payload: dict[str, Any]) -> dict[str, Any]:
     turns = payload["turns"]
     tools = {t["name"]: t for t in payload.get("tools", ())}
@@ -107,7 +98,7 @@ def locate(payload: dict[str, Any]) -> dict[str, Any]:
                 return {"turn": t["turn"], "reason": f"{call['name']} failed at turn {t['turn']} and was never made again"}
     # 2. the earliest state-changing call whose content the failed requirements are about
     writes = [(t["turn"], c) for t in turns for c in t["calls"]
-              if c["name"] != "finish" and not _reads_only(tools.get(c["name"], {"name": c["name"]}))]
+              if c["name"] != "finish" and not reads_only(c["name"], tools.get(c["name"], {}).get("description", ""))]
     best, best_overlap = None, 0
     for turn, call in writes:  # the tool's own name says most about what the call is for
         overlap = 2 * len(about & _words(call["name"].replace("_", " "))) + len(about & _call_words(call))

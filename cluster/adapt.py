@@ -211,8 +211,14 @@ def judge_accuracy(store_path: Path, family: str, judge: str, *, model: str = "s
             progress({"stage": "judging", "failures": len(keyed)})
         from harness_store.codec import decode, encode
 
+        def judged(t: Any) -> tuple[Any, Any]:
+            view = encode(t.public_view())
+            locus = judges.call("locate", view)[0]
+            return decode(locus), decode(judges.call("classify", view, locus)[0])
+
         with ThreadPoolExecutor(workers * 4) as ex:
-            loci = list(ex.map(lambda t: decode(judges.call("locate", encode(t.public_view()))[0]), keyed))
+            verdicts = list(ex.map(judged, keyed))
+        loci = [v[0] for v in verdicts]
     finally:
         pool.shutdown()
         judges.shutdown()
@@ -227,11 +233,18 @@ def judge_accuracy(store_path: Path, family: str, judge: str, *, model: str = "s
         return {"exact": round(sum(r[key] == r["truth"] for r in rows) / len(rows), 4),
                 "within_one": round(sum(abs(r[key] - r["truth"]) <= 1 for r in rows) / len(rows), 4)}
 
+    from agents.analysis import answer_key_category, cohen_kappa, confusion
+
+    pairs = [(answer_key_category(t), label.category) for t, (_, label) in zip(keyed, verdicts)]
+    pairs = [(a, b) for a, b in pairs if a is not None]
     out = {
         "run_id": run_id, "family": family, "judge": judge, "model": model, "split": split,
         "failures": sum(1 for t in trajs if not t.passed and t.error != "infra"), "with_decisive_turn": len(rows),
         "judge_accuracy": acc("judge"), "random_turn": acc("random"), "first_error_observation": acc("first_error"),
-        "unparseable": sum(r["unknown"] for r in rows), "notice": TESTBED_NOTICE,
+        "unparseable": sum(r["unknown"] for r in rows),
+        "category_accuracy": round(sum(a == b for a, b in pairs) / len(pairs), 4) if pairs else None,
+        "category_kappa": round(cohen_kappa(pairs), 4), "confusion": confusion(pairs),
+        "notice": TESTBED_NOTICE,
     }
     store.finish_run(run_id, "done", out)
     return out

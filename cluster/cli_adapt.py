@@ -222,6 +222,20 @@ def judge_accuracy_cmd(
                        ("first error observation", "first_error_observation")):
         a = out[key]
         console.print(f"  {label:32s} exact {a['exact']:.1%}  within one turn {a['within_one']:.1%}")
+    if out["category_accuracy"] is not None:
+        console.print(f"  failure categories: accuracy {out['category_accuracy']:.1%}, Cohen's kappa {out['category_kappa']:.2f} "
+                      "(MAST reports 0.77 for its best LLM judge against humans)")
+        from rich.table import Table
+
+        cats = list(out["confusion"])
+        t = Table(title="answer key (rows) x judge (columns)")
+        t.add_column("")
+        for c in cats:
+            t.add_column(c)
+        for truth, row in out["confusion"].items():
+            if any(row.values()):
+                t.add_row(truth, *(str(row[c]) for c in cats))
+        console.print(t)
     console.print(f"[dim]note: {out['notice']}[/dim]")
 
 

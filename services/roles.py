@@ -64,6 +64,11 @@ class RoleWorker:
         used = RoleUsage()
         return self.agent.score(decode(traj), decode(locus), candidate, usage=used), used.as_json()
 
+    def classify(self, traj: bytes, locus: bytes | None = None) -> tuple[bytes, dict[str, Any]]:
+        used = RoleUsage()
+        label = self.agent.classify(decode(traj), decode(locus) if locus else None, usage=used)
+        return encode(label), used.as_json()
+
     def rewrite(self, traj: bytes, locus: bytes, k: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         used = RoleUsage()
         t = decode(traj)
