@@ -63,7 +63,9 @@ class SyntheticProfile:
     temperature: float = 1.0
     context_window: int = 128_000
     planning_capacity: int = 12
-    style: str = "stepwise"  # stepwise | batched
+    style: str = "stepwise"  # stepwise | batched: the profile's own pace
+    batch_rate: float | None = None  # P(batching at a turn); None: 1 for batched, 0 for stepwise (adapters set it)
+    explains: bool = False  # says in its message which rules a step applies (experts reason aloud)
     only_finish: bool = False  # the floor every checker must score 0
     # nominal $ per token, so that dollar budgets are exercised offline (not a real price)
     usd_per_input_token: float = 0.1e-6
@@ -81,6 +83,7 @@ PROFILES: dict[str, SyntheticProfile] = {
         rereads=True,
         planning_capacity=12,
         style="batched",
+        explains=True,
         usd_per_input_token=2e-6,
         usd_per_output_token=8e-6,
     ),
@@ -134,6 +137,7 @@ def profile_for(model: str, adapter: dict[str, Any] | None = None) -> SyntheticP
             extra_facts=p.extra_facts | frozenset(adapter.get("facts", ())),
             error_rate=float(adapter.get("error_rate", p.error_rate)),
             style=adapter.get("style", p.style),
+            batch_rate=adapter.get("batch_rate", p.batch_rate),
         )
     return p
 
@@ -252,7 +256,8 @@ class SyntheticPolicy:
         T = self.profile.temperature
 
         def draw(p: float) -> bool:
-            return rng.random() < sharpen(p, T)
+            q = sharpen(p, T)
+            return q >= 1.0 or (q > 0.0 and rng.random() < q)  # certain outcomes use no randomness
 
         # What the agent knows this turn: its own facts, what the visible harness text states, and lucky guesses.
         seen = _seen(messages, self.profile.context_window)
@@ -314,7 +319,9 @@ class SyntheticPolicy:
             return family.plan(instance, k), k
 
         batch = [p]
-        if self.profile.style == "batched" and not STEPWISE.stated_in(text):
+        rate = self.profile.batch_rate if self.profile.batch_rate is not None else float(self.profile.style == "batched")
+        batching = not STEPWISE.stated_in(text) and draw(rate)
+        if batching:
             n = p + 1
             while n < len(plan) and all(u < p for u in plan[n].uses):
                 batch.append(n)
@@ -346,14 +353,32 @@ class SyntheticPolicy:
                 }
             )
         content = "Next: " + ", ".join(c["function"]["name"] for c in out_calls) + "."
+        if self.profile.explains:
+            content += "".join(f" {r}" for r in self._reasons(family, instance, batch, knowledge, plan_for))
         message = {"role": "assistant", "content": content, "tool_calls": out_calls}
         completion = approx_tokens(content) + sum(approx_tokens(c["function"]["arguments"]) for c in out_calls)
         testbed = {
             "cause": cause,
             "relied_on": list(dict.fromkeys(relied_on)),
-            "oracle": f"synthetic/oracle-{self.profile.style}",
+            "oracle": f"synthetic/oracle-{'batched' if batching else 'stepwise'}",
         }
         return SyntheticReply(message, prompt_tokens, completion, testbed)
+
+    @staticmethod
+    def _reasons(family: TaskFamily, instance: Any, batch: list[int], knowledge: Knowledge, plan_for: Any) -> list[str]:
+        """The rules (facts and constraints) the batch's arguments depend on, as this model states them."""
+        out: list[str] = []
+        for n in batch:
+            steps, k = plan_for(n)
+            for f in family.facts:
+                if f.id in steps[n].facts and f.id in k.facts:
+                    without = family.plan(instance, replace(k, facts=k.facts - {f.id}))
+                    if without[n].args != steps[n].args and f.statement not in out:
+                        out.append(f.statement)
+            c = next((c for c in family.constraints if c.id == steps[n].constraint and c.id in k.constraints), None)
+            if c and family.plan(instance, replace(k, constraints=k.constraints - {c.id}))[n].args != steps[n].args:
+                out.append(c.statement)
+        return out
 
     def _relied_on(
         self, family: TaskFamily, instance: Any, n: int, step: PlanStep, k: Knowledge, text: str, own: frozenset[str]
@@ -432,9 +457,10 @@ def respond(
 
 def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
     """A synthetic adapter learned from training rows (DESIGN §5), through the same job interface as
-    LoRA: facts stated in loss-bearing turns become known; a majority of loss-bearing batched turns
-    (several tool calls at once) shifts the style to batched without raising planning capacity;
-    loss-bearing well-formed tool calls lower the argument error rate."""
+    LoRA: facts stated in loss-bearing turns become known; the share of loss-bearing turns that batch
+    several tool calls becomes the rate at which the adapted model batches (SFT matches its data's
+    distribution), without raising planning capacity; loss-bearing well-formed tool calls lower the
+    argument error rate."""
     from tasks import family_names
 
     facts = [f for name in family_names() for f in get_family(name).facts]
@@ -461,6 +487,7 @@ def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
         "base_model": base_model,
         "facts": sorted(learned),
         "style": "batched" if turns and batched / turns > 0.5 else base.style,
+        "batch_rate": round(batched / turns, 4) if turns else (1.0 if base.style == "batched" else 0.0),
         "error_rate": round(base.error_rate / (1 + tool_calls / 100), 4),
         "rows": len(rows),
         "trained_turns": turns,

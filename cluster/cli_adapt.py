@@ -266,9 +266,32 @@ def experiment_paper(
     experiment_table(out)
 
 
+def report_cmd(
+    run_id: Annotated[str, typer.Argument(help="an experiment run id")],
+    out: Annotated[str | None, typer.Option("--out", help="folder (default <store>/reports/RUN_ID)")] = None,
+    judge: Annotated[str | None, typer.Option("--judge", help="judge for the failure taxonomy (default: the run's)")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """A self-contained HTML page (and a Markdown twin) with the experiment's tables and plots."""
+    from pathlib import Path
+
+    from cluster.jobs import use_store
+    from cluster.report import write_report
+    from harness_store.store import HarnessStore
+
+    use_store(store)
+    html_path, md_path = write_report(HarnessStore(store, create=False), run_id, Path(out) if out else None, judge)
+    if as_json:
+        _echo_json({"html": str(html_path), "markdown": str(md_path)})
+    else:
+        typer.echo(f"report: {html_path}\nmarkdown: {md_path}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(data_app, name="data")
     app.add_typer(judge_app, name="judge")
     app.add_typer(experiment_app, name="experiment")
     app.command("adapt")(cli_errors(adapt_cmd))
+    app.command("report")(cli_errors(report_cmd))
 
