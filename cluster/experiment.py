@@ -256,7 +256,7 @@ class Experiment:
                         row[w] = None if cell is None else {"pass_at_1": cell["pass_at_1"], "ci95": cell["ci95"]}
                     rows.append(row)
         out = {"run_id": self.run_id, "config": self.cfg.model_dump(), "rows": rows,
-               "cells_done": len(self.done), "cells_total": len(cells(self.cfg)) + 5 * len(self.cfg.families)}
+               "cells_done": len(self.done), "cells_total": len(cells(self.cfg)) + 9 * len(self.cfg.families)}
         if any(m.startswith("synthetic/") for m in (self.cfg.weak, self.cfg.expert)):
             out["notice"] = TESTBED_NOTICE
         return out
