@@ -311,3 +311,84 @@ judge {html.escape(cfg['judge'])}; {cfg['repeats']} seeds per test instance.</p>
 def write_report(store: Any, run_id: str, out_dir: Path | None = None, judge_model: str | None = None) -> tuple[Path, Path]:
     data = gather(store, run_id, judge_model)
     return render(data, out_dir or store.root / "reports" / run_id)
+
+
+# ------------------------------------------------------------------ co-evolution runs (`coevolve run`)
+def write_run_report(store: Any, run_id: str, result: dict[str, Any] | None = None, out_dir: Path | None = None) -> tuple[Path, Path]:
+    """The report of a `coevolve run`: per family, test pass@1 of the baseline, the evolved harness and
+    the evolved harness with the adapter; every cycle's decisions with their evidence; cost per stage."""
+    run = store.get_run(run_id)
+    cfg = run.config
+    cells = {e.payload["cell"]: e.payload for e in store.events(run_id, "cell")}
+    out_dir = out_dir or store.root / "reports" / run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    synthetic = any(str((cfg.get(r) or {}).get("model", "")).startswith("synthetic/") for r in ("weak", "expert", "judge"))
+    finals = {k.split(":")[1]: v for k, v in cells.items() if k.startswith("final:")}
+    arms = ("baseline", "evolved", "evolved+adapter")
+    table = [["family", *arms, "gain (pts, 95% CI)", "harness", "adapter"]]
+    for f, v in finals.items():
+        table.append([f, *(_cell(v["test"].get(a)) for a in arms),
+                      f"{v['gain'] * 100:+.1f} [{v['gain_ci95'][0] * 100:+.1f}, {v['gain_ci95'][1] * 100:+.1f}]",
+                      v["harness_id"][:12], v["adapter"] or "-"])
+    decisions = []
+    for k, v in cells.items():
+        kind = k.split(":")[0]
+        if kind == "evolve":
+            edits = "; ".join(f"{a['rationale']} ({a['val_gain'] * 100:+.1f} pts)" for a in v.get("accepted", [])) or "no edit accepted"
+            decisions.append((k, f"harness for {v['model']}: val {v['val'][0]:.0%} -> {v['val'][1]:.0%}; {edits}"))
+        elif kind == "data":
+            decisions.append((k, (f"correction set: {v['rows']} rows ({v.get('new_rows', 0)} new), verified share "
+                                 f"{v.get('verified_share')}, student pass rate {v.get('student_pass_rate')}")))
+        elif kind == "accept":
+            verdict = "kept" if v["accepted"] else "rejected"
+            decisions.append((k, (f"adapter {v['candidate']} {verdict}: wins {v['wins']}, losses {v['losses']}, p={v['p_value']} "
+                                 f"(val {v['val_current']:.0%} -> {v['val_candidate']:.0%})")))
+    cost: dict[str, float] = defaultdict(float)
+    for k, v in cells.items():
+        cost[k.split(":")[0]] += v.get("seconds", 0.0)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(finals)), 3.2))
+    width = 0.27
+    for i, a in enumerate(arms):
+        xs, ys, lo, hi = [], [], [], []
+        for j, (f, v) in enumerate(finals.items()):
+            c = v["test"].get(a)
+            if c:
+                xs.append(j + (i - 1) * width)
+                ys.append(c["pass_at_1"])
+                lo.append(c["pass_at_1"] - c["ci95"][0])
+                hi.append(c["ci95"][1] - c["pass_at_1"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=a)
+    ax.set_xticks(range(len(finals)), list(finals))
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("test pass@1 (95% CI)")
+    ax.legend(fontsize=7)
+    svg = _svg(fig)
+    notice = f"<p class='notice'>Note: {TESTBED_NOTICE}.</p>" if synthetic else ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in table[1:])
+    items = "".join(f"<li><code>{html.escape(k)}</code> {html.escape(t)}</li>" for k, t in decisions)
+    costs = "".join(f"<tr><td>{k}</td><td>{v:.0f} s</td></tr>" for k, v in sorted(cost.items()))
+    stop = (result or run.result or {}).get("stop_reason", "")
+    page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>coevolve run {run_id}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}}
+table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 8px}}
+.notice{{background:#fff3cd;border:1px solid #e0c36b;padding:.6em}}figure svg{{max-width:100%;height:auto}}</style></head><body>
+<h1>coevolve run {run_id} ({html.escape(cfg.get('name', ''))})</h1>{notice}<p>stopped: {html.escape(stop)}</p>
+<h2>Held-out test split: pass@1 [95% CI]</h2><table><tr>{head}</tr>{body}</table>
+<figure id="pass-rates">{svg}</figure><h2>Decisions</h2><ul>{items}</ul>
+<h2>Wall time per stage</h2><table>{costs}</table></body></html>"""
+    html_path = out_dir / "report.html"
+    html_path.write_text(page)
+    (out_dir / "pass-rates.svg").write_text(svg)
+    md = [f"# coevolve run {run_id} ({cfg.get('name', '')})", ""]
+    if synthetic:
+        md += [f"> Note: {TESTBED_NOTICE}.", ""]
+    md += [f"stopped: {stop}", "", "## Held-out test split: pass@1 [95% CI]", "",
+           "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
+    md += ["| " + " | ".join(str(c) for c in r) + " |" for r in table[1:]]
+    md += ["", "![pass rates](pass-rates.svg)", "", "## Decisions", ""] + [f"- `{k}` {t}" for k, t in decisions]
+    md += ["", "## Wall time per stage", ""] + [f"- {k}: {v:.0f} s" for k, v in sorted(cost.items())]
+    md_path = out_dir / "report.md"
+    md_path.write_text("\n".join(md) + "\n")
+    return html_path, md_path

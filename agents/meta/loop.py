@@ -168,13 +168,15 @@ class HarnessEvolution:
         self._seconds_before = 0.0
 
     # ------------------------------------------------------------------ public
-    def run(self, resume: bool = False) -> EvolveResult:
+    def run(self, resume: bool = False, start: Harness | None = None) -> EvolveResult:
+        """Evolve from `start` (default: the family baseline; co-evolution continues from the harness of
+        its previous cycle). The result's baseline is the starting harness."""
         st = self._restore() if resume else None
-        baseline = self.family.baseline_harness()
+        baseline = start or self.family.baseline_harness()
         if st is None:
-            self.journal.put_harness(baseline, rationale="family baseline", run_id=self.run_id)
+            self.journal.put_harness(baseline, rationale="family baseline" if start is None else "start", run_id=self.run_id)
             st = _State(current_id=baseline.id, val_cache={}, history=[], spend=Spend())
-            self.journal.append_event(self.run_id, "config", self.cfg.to_json())
+            self.journal.append_event(self.run_id, "config", {**self.cfg.to_json(), "start": baseline.id})
         else:
             self._seconds_before = st.spend.seconds
             self.log.info("resumed", iteration=st.spend.iterations, harness_id=st.current_id[:12])

