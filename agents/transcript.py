@@ -62,7 +62,7 @@ def first_error_turn(traj: Trajectory) -> int | None:
 
 
 def payload_message(payload: dict[str, Any], ask: str) -> dict[str, Any]:
-    body = json.dumps(payload, indent=1, sort_keys=True, default=str)
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)  # compact: tokens cost money
     return {"role": "user", "content": f"{FENCE}\n{body}\n```\n{ask}"}
 
 
@@ -81,7 +81,7 @@ def answer_json(text: str) -> dict[str, Any] | None:
         return None
     try:
         obj = json.loads(match.group(0))
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, an integer past Python's digit limit, nesting too deep
         return None
     return obj if isinstance(obj, dict) else None
 

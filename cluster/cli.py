@@ -28,7 +28,9 @@ app.add_typer(tasks_app, name="tasks")
 StoreOpt = Annotated[Path, typer.Option("--store", help="store directory")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="seed for sampling and synthetic models")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
-LogJsonOpt = Annotated[bool, typer.Option("--log-json", help="logs as JSON lines")]
+LogJsonOpt = Annotated[bool, typer.Option(
+    "--log-json", help="stderr as JSON lines only: logs, Ray workers' lines (re-emitted as JSON), errors; no progress bars"
+)]
 DEFAULT_STORE = Path(".coevolve")
 
 
@@ -53,10 +55,54 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except (UsageError, StoreError, EditError, ValueError) as e:
-            typer.echo(f"error: {e}", err=True)
+            _say_err(f"error: {e}", bool(kwargs.get("log_json")), event="error", level="error", error=str(e))
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def _say_err(line: str, log_json: bool, **fields: Any) -> None:
+    """One line for the user on stderr; with --log-json one JSON object (stderr is JSON lines then)."""
+    if log_json:
+        from services.logs import utc_now
+
+        typer.echo(json.dumps({**fields, "message": line, "timestamp": utc_now()}, default=str), err=True)
+    else:
+        typer.echo(line, err=True)
+
+
+def _stopped(
+    e: BaseException, store: Path, log_json: bool, progress: dict[str, Any] | None = None, *, after_live: bool = False
+) -> typer.Exit:
+    """SIGINT/SIGTERM during eval/evolve/transfer: one line saying where the run stopped and how to go on
+    (cluster.jobs marks the run interrupted); the exit status is 128 + the signal (130, 143)."""
+    from cluster.jobs import interruption
+
+    intr = interruption(e)
+    sig = intr.args[0] if intr and intr.args else "SIGINT"
+    code = intr.exit_code if intr else 130
+    kind, run_id = (intr.kind, intr.run_id) if intr else (None, None)
+    store_opt = "" if store == DEFAULT_STORE else f" --store {store}"
+    fields: dict[str, Any] = {"event": "interrupted", "level": "warning", "signal": sig, "exit_code": code,
+                              "kind": kind, "run_id": run_id}
+    if kind == "evolve" and run_id:
+        where = ""
+        if progress:
+            where = f" in iteration {progress.get('iteration')} after {progress.get('rollouts')} rollouts"
+        resume = f"coevolve evolve --resume {run_id}{store_opt}"
+        fields["resume"] = resume
+        line = f"interrupted ({sig}): evolve run {run_id} stopped{where}; continue it with: {resume}"
+    elif run_id:
+        done = [r for r, st in (intr.runs if intr else {}).items() if st == "done"]
+        kept = f"; finished runs kept: {', '.join(done)}" if done else ""
+        line = (f"interrupted ({sig}): {kind} run {run_id} is recorded as interrupted{kept}; "
+                "run the same command again to redo it")
+    else:
+        line = f"interrupted ({sig}) before any run started: nothing was recorded"
+    if after_live and not sys.stderr.isatty():
+        typer.echo("", err=True)  # rich ends a live display's last line only on a terminal
+    _say_err(line, log_json, **fields)
+    return typer.Exit(code)
 
 
 def open_store(path: Path, *, create: bool):
@@ -100,8 +146,14 @@ def eval_cmd(
     models = tuple(m.strip() for m in model.split(",") if m.strip())
     req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference, repeats)
     plan = validate_eval(req, store)  # raises on bad input; writes nothing
-    refs = [reference_result(f, plan.instances[f], split) for f in plan.families] if reference else []
-    results = run_eval(plan, progress=not as_json)
+    from cluster.jobs import stop_on_signals
+
+    try:
+        with stop_on_signals():
+            refs = [reference_result(f, plan.instances[f], split) for f in plan.families] if reference else []
+            results = run_eval(plan, progress=not (as_json or log_json))  # --log-json: stderr is JSON only
+    except KeyboardInterrupt as e:
+        raise _stopped(e, store, log_json) from None
     rows = refs + [r.as_json() for r in results]
     if as_json:
         _echo_json(rows[0] if len(rows) == 1 else rows)
@@ -150,12 +202,14 @@ def evolve_cmd(
 
     configure_logging(json_lines=log_json or None)
     from cluster.jobs import use_store
+    from harness_store.store import is_fresh_store_dir
 
     use_store(store)
-    if store.exists():
+    fresh = is_fresh_store_dir(store)  # absent, empty or only the project's subfolders: no store yet
+    if not fresh:
         open_store(store, create=False)  # unreadable store: fail before anything runs
     if resume:
-        if not store.exists():
+        if fresh:
             raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
         open_store(store, create=False).get_run(resume)
         config = None
@@ -171,15 +225,29 @@ def evolve_cmd(
             math.isfinite(x) and x > 0 for x in (budget_usd, budget_seconds)
         ):
             raise UsageError("budgets, --workers and --val-seeds must be positive and finite")
+        from cluster.jobs import check_seed, check_workers
+
+        check_seed(seed)
+        check_workers(workers, address)
         config = EvolveConfig(
             family=family, model=model, proposer=proposer, seed=seed, train_batch=train_batch, val_n=val_n,
             candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, early_stop=not no_early_stop,
             val_seeds=val_seeds, handbook=not no_handbook, budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
         )
     from cluster.display import EvolveProgress
+    from cluster.jobs import stop_on_signals
 
-    with EvolveProgress(enabled=not as_json) as progress:
-        out = run_evolve(config, store, address=address, workers=workers, resume=resume, on_progress=progress.update)
+    last: dict[str, Any] = {}
+
+    def on_progress(d: dict[str, Any]) -> None:
+        last.update(d)
+        progress.update(d)
+
+    try:
+        with stop_on_signals(), EvolveProgress(enabled=not (as_json or log_json)) as progress:
+            out = run_evolve(config, store, address=address, workers=workers, resume=resume, on_progress=on_progress)
+    except KeyboardInterrupt as e:
+        raise _stopped(e, store, log_json, last, after_live=not (as_json or log_json)) from None
     if as_json:
         _echo_json(out)
     else:
@@ -209,8 +277,14 @@ def transfer_cmd(
     families = family_names() if family == "all" else [family]
     for f in families:
         get_family(f).generate(split, n)  # validates split and n
-    rows = run_transfer(store, families, harness, [m.strip() for m in models.split(",") if m.strip()],
-                        split, n, seed, address, workers, progress=not as_json)
+    from cluster.jobs import stop_on_signals
+
+    try:
+        with stop_on_signals():
+            rows = run_transfer(store, families, harness, [m.strip() for m in models.split(",") if m.strip()],
+                                split, n, seed, address, workers, progress=not as_json)
+    except KeyboardInterrupt as e:
+        raise _stopped(e, store, False) from None
     if as_json:
         _echo_json(rows)
     else:
@@ -377,11 +451,12 @@ def tasks_show(family: str, instance_id: str, as_json: JsonOpt = False) -> None:
 
 def _register_extensions() -> None:
     """Commands that live in their own modules (serving, training, models)."""
-    from cluster import cli_adapt, cli_models, cli_store
+    from cluster import cli_adapt, cli_models, cli_run, cli_store
 
     cli_models.register(app)
     cli_store.register(app)
     cli_adapt.register(app)
+    cli_run.register(app)
 
 
 _register_extensions()

@@ -11,6 +11,7 @@ work; each call returns the model usage it cost, so spend is counted once even a
 from __future__ import annotations
 
 import itertools
+import secrets
 import threading
 from typing import Any
 
@@ -22,7 +23,7 @@ from agents.judge import RoleUsage
 from harness_store.codec import decode, encode
 from harness_store.values import FailureLocus, Harness, Trajectory
 from services.logs import configure_logging
-from services.pool import ACTOR_LOST, RolloutPool
+from services.pool import ACTOR_LOST, RolloutPool, describe, placement_resources, wait_ready
 
 log = structlog.get_logger(role="roles")
 ROLES = ("judge", "expert")
@@ -80,25 +81,31 @@ class RolePool:
     replacement when the actor dies (up to `max_replacements` in the pool's life)."""
 
     def __init__(self, role: str, model: str, workers: int = 2, *, family: str | None = None,
-                 num_cpus: float = 0.25, max_concurrency: int = 16, max_replacements: int = 8):
+                 num_cpus: float = 0.25, max_concurrency: int = 16, max_replacements: int = 8,
+                 ready_timeout_s: float | None = None, resources: dict[str, float] | None = None):
+        """`resources`: custom Ray resources each actor needs besides its CPUs (e.g. `{"roles": 1}` to run
+        only on nodes that advertise `roles`); a replacement goes to any node that still has them."""
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.role = role
         self._args = (role, model, family)
         self._options = {"num_cpus": num_cpus, "max_concurrency": max_concurrency, "name": None}
+        self.resources = placement_resources(resources)
         self.max_replacements = max_replacements
         self.replacements = 0
         self._lock = threading.Lock()
         self.actors = [self._spawn() for _ in range(workers)]
-        ray.get([a.ready.remote() for a in self.actors])
+        wait_ready(self.actors, describe(role, self.resources), num_cpus, ready_timeout_s)
         self._next = itertools.count()
 
     def _spawn(self) -> Any:
         from services.pool import worker_env
 
         return ray.remote(RoleWorker).options(
+            name=f"{self.role}-{secrets.token_hex(4)}",  # the role shows in `coevolve monitor`
             num_cpus=self._options["num_cpus"], max_concurrency=self._options["max_concurrency"],
             runtime_env={"env_vars": worker_env()},
+            **({"resources": self.resources} if self.resources else {}),
         ).remote(*self._args)
 
     def call(self, method: str, *args: Any) -> Any:

@@ -1,0 +1,289 @@
+"""The main job: `coevolve run`, and `status`, `stop`, `monitor` to watch and steer it from anywhere."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cluster.cli import DEFAULT_STORE, JsonOpt, StoreOpt, UsageError, _echo_json, cli_errors
+
+TERMINAL = ("done", "failed", "refused")
+
+
+def _connect(address: str | None, store: Path) -> str:
+    """Attach to the run's Ray: an explicit address, else the store's local head."""
+    from cluster.head import read_head
+    from cluster.runtime import start_ray
+
+    if address in (None, "local"):
+        head = read_head(store)
+        if head is None:
+            raise UsageError(f"no local Ray head is running for store {store} (start a run, or pass --address)")
+        address = head["address"]
+    start_ray(address, log_to_driver=False)
+    return address
+
+
+def _latest_run(store: Path, run_id: str | None) -> str:
+    from harness_store.store import HarnessStore
+
+    if run_id:
+        return run_id
+    runs = HarnessStore(store, create=False).list_runs("coevolve")
+    if not runs:
+        raise UsageError(f"no coevolve run in store {store}")
+    return max(runs, key=lambda r: r.created).run_id
+
+
+def run_cmd(
+    config: Annotated[str | None, typer.Argument(help="profile name (local, cpu, gpu-cluster) or YAML path")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. budget.cycles=1 families='[iot]'")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="continue a run from the store")] = None,
+    detach: Annotated[bool, typer.Option("--detach", help="start the run and return; watch it with monitor/status")] = False,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """Co-evolve harness and weights: the meta-agent (a detached Ray actor) runs cycles until budgets or a plateau.
+
+    With no argument: the embedded default (profile `local`): local Ray, synthetic models for every role,
+    all seven families at small sizes, ending with the report. Ctrl-C detaches; the run goes on."""
+    from cluster.head import ensure_local_head, stop_local_head
+    from cluster.jobs import use_store, validate_model
+    from cluster.profiles import RunProfile, load_profile
+    from harness_store.store import HarnessStore
+    from services import meta_agent
+
+    if config and "=" in config:  # `coevolve run key=value` without a profile
+        overrides, config = [config, *(overrides or [])], None
+    use_store(store)
+    st = HarnessStore(store, create=True)
+    if resume:
+        run = st.get_run(resume)
+        if run.kind != "coevolve":
+            raise UsageError(f"run {resume!r} is a {run.kind} run, not a coevolve run")
+        if run.status == "done":
+            raise UsageError(f"run {resume!r} is done; start a new run instead")
+        profile = RunProfile.model_validate(run.config)
+        run_id = resume
+    else:
+        profile = load_profile(config, overrides or ())
+        for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer):
+            if not m.startswith("vllm/"):  # a vLLM model is served by the run's own serve config
+                validate_model(m)
+        run_id = st.create_run("coevolve", profile.model_dump())
+    started_head = False
+    if profile.address:
+        address = profile.address
+    else:
+        address, started_head = ensure_local_head(store)
+    from cluster.runtime import start_ray
+
+    start_ray(address, log_to_driver=False)
+    actor = meta_agent.find(run_id)
+    if actor is None:
+        actor = meta_agent.launch(profile.model_dump(), str(Path(store).resolve()), run_id)
+    if detach:
+        _say(as_json, {"run_id": run_id, "address": address, "detached": True},
+             f"run {run_id} started on {address}; watch: coevolve monitor --store {store} | coevolve status {run_id}")
+        return
+    try:
+        final = _follow(actor, run_id, quiet=as_json)
+    except KeyboardInterrupt:
+        typer.echo(f"detached from run {run_id}: it keeps running (coevolve status {run_id} | coevolve monitor | "
+                   f"coevolve stop {run_id})", err=True)
+        raise typer.Exit(130) from None
+    if started_head and final.get("stage") in TERMINAL:
+        import ray
+
+        ray.shutdown()
+        stop_local_head(store)
+    if as_json:
+        _echo_json(final)
+        return
+    _print_final(final)
+    if final.get("stage") != "done":
+        raise typer.Exit(1)
+
+
+def _follow(actor: Any, run_id: str, quiet: bool) -> dict[str, Any]:
+    import ray
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console(stderr=True)
+    status: dict[str, Any] = {}
+    with Live(console=console, refresh_per_second=2, transient=False, auto_refresh=not quiet) as live:
+        while True:
+            try:
+                status = ray.get(actor.status.remote(), timeout=30)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                return {"stage": "failed", "error": f"the meta-agent is gone ({type(e).__name__}); resume: coevolve run --resume {run_id}"}
+            if not quiet:
+                live.update(_panel(status))
+            if status.get("stage") in TERMINAL:
+                return status
+            time.sleep(1.0)
+
+
+def _panel(s: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"coevolve run {s.get('run_id', '')}", show_header=False)
+    spend, budget, work = s.get("spend") or {}, s.get("budget") or {}, s.get("work") or {}
+    t.add_row("stage", str(s.get("stage")))
+    t.add_row("family / cycle", f"{s.get('family', '-')} / {s.get('cycle', '-')}")
+    t.add_row("harness / adapter", f"{str(s.get('harness_id') or '-')[:12]} / {s.get('adapter') or '-'}")
+    t.add_row("work", f"{work.get('rollouts', 0)} rollouts, {work.get('in_flight', 0)} in flight, {work.get('rollouts_per_s', 0)}/s")
+    t.add_row("spend", f"{spend.get('rollouts', 0)}/{budget.get('rollouts', '-')} rollouts, ${spend.get('usd', 0)}/{budget.get('usd', '-')}, "
+                       f"{spend.get('seconds', 0)}s/{budget.get('seconds', '-')}s")
+    return t
+
+
+def _print_final(s: dict[str, Any]) -> None:
+    from cluster.display import console, testbed_notice
+
+    result = s.get("result") or {}
+    console.print(f"run {s.get('run_id')}: {s.get('stage')} ({result.get('stop_reason', s.get('error', ''))})")
+    for family, f in (result.get("families") or {}).items():
+        test = f.get("test", {})
+        cells = ", ".join(f"{k} {v['pass_at_1']:.1%} [{v['ci95'][0]:.0%}, {v['ci95'][1]:.0%}]" for k, v in test.items())
+        console.print(f"  {family}: {cells}; gain {f['gain'] * 100:+.1f} pts; adapter {f.get('adapter') or '-'}")
+    if result.get("report"):
+        console.print(f"report: {result['report']['html']}")
+    testbed_notice()
+
+
+def _say(as_json: bool, obj: dict[str, Any], text: str) -> None:
+    _echo_json(obj) if as_json else typer.echo(text)
+
+
+def status_cmd(
+    run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest coevolve run)")] = None,
+    address: Annotated[str | None, typer.Option("--address", help="Ray address (default: the store's local head)")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: JsonOpt = False,
+) -> None:
+    """A run's stage, progress and spend: from its meta-agent when alive, else from the store."""
+    from harness_store.store import HarnessStore
+    from services import meta_agent
+
+    run_id = _latest_run(store, run_id)
+    rec = HarnessStore(store, create=False).get_run(run_id)
+    status: dict[str, Any] = {"run_id": run_id, "stored_status": rec.status}
+    try:
+        _connect(address, store)
+        actor = meta_agent.find(run_id)
+    except (UsageError, ConnectionError, RuntimeError):
+        actor = None
+    if actor is not None:
+        import ray
+
+        status.update(ray.get(actor.status.remote(), timeout=30))
+    else:
+        status.update({"stage": rec.status, "result": rec.result, "alive": False})
+    if as_json:
+        _echo_json(status)
+        return
+    from cluster.display import console
+
+    console.print(_panel(status))
+
+
+def stop_cmd(
+    run_id: Annotated[str, typer.Argument(help="the run to stop at its next safe point")],
+    address: Annotated[str | None, typer.Option("--address")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Stop a run at its next safe point (between steps; a resumed run continues from there)."""
+    from harness_store.store import HarnessStore
+
+    st = HarnessStore(store, create=False)
+    st.get_run(run_id)
+    st.append_event(run_id, "stop", {"at": time.time(), "by": "coevolve stop"})
+    typer.echo(f"stop requested for {run_id}: it stops at its next safe point")
+
+
+def monitor_cmd(
+    address: Annotated[str | None, typer.Option("--address", help="auto | ray://HOST:PORT | HOST:PORT (default: the store's local head)")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="the run to follow (default: every live run)")] = None,
+    interval: Annotated[float, typer.Option("--interval")] = 2.0,
+    once: Annotated[bool, typer.Option("--once", help="print one snapshot and exit")] = False,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """A live table of the cluster's actors by role and of each run's stage, progress and spend."""
+    from rich.console import Console, Group
+    from rich.live import Live
+
+    _connect(address, store)
+    console = Console()
+    if once:
+        console.print(Group(*_snapshot(run_id)))
+        return
+    try:
+        with Live(console=console, refresh_per_second=1) as live:
+            while True:
+                live.update(Group(*_snapshot(run_id)))
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+ROLE_OF_CLASS = {"MetaAgent": "meta-agent", "RolloutWorker": "executor", "RoleWorker": "judge/expert",
+                 "RayTrainWorker": "trainer", "TrainController": "trainer"}
+
+
+def _snapshot(run_id: str | None) -> list[Any]:
+    import ray
+    from rich.table import Table
+
+    from services import meta_agent
+
+    actors = ray._private.state.actors()  # the GCS's actor table: works without the dashboard
+    rows = []
+    for a in actors.values():
+        cls = (a.get("ActorClassName") or "").split(".")[-1]
+        name = a.get("Name") or ""
+        role = ROLE_OF_CLASS.get(cls) or ("serve" if "Serve" in cls or "LLMServer" in cls else None)
+        if role == "judge/expert":
+            role = "judge" if name.startswith("judge") else "expert" if name.startswith("expert") else role
+        if role is None or a.get("State") == "DEAD":
+            continue
+        rows.append((role, name or a.get("ActorID", "")[:12], a.get("State", "?"), a.get("NumRestarts", 0),
+                     (a.get("Address") or {}).get("NodeID", "")[:8], a.get("Pid", "")))
+    t = Table(title="actors by role")
+    for col in ("role", "actor", "state", "restarts", "node", "pid"):
+        t.add_column(col)
+    for r in sorted(rows):
+        t.add_row(*(str(x) for x in r))
+    out: list[Any] = [t]
+    runs = [run_id] if run_id else [n[len("meta-"):] for n in (a.get("Name") or "" for a in actors.values()
+                                                             if a.get("State") != "DEAD") if n.startswith("meta-")]
+    for rid in runs:
+        actor = meta_agent.find(rid)
+        if actor is None:
+            continue
+        try:
+            status = ray.get(actor.status.remote(), timeout=10)
+        except Exception:  # noqa: BLE001 — a dying actor is shown as such
+            continue
+        out.append(_panel(status))
+        pools = status.get("pools") or {}
+        if pools:
+            p = Table(title="pools")
+            for col in ("pool", "actors", "replacements"):
+                p.add_column(col)
+            for name, v in pools.items():
+                p.add_row(name, str(v["actors"]), str(v["replacements"]))
+            out.append(p)
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(cli_errors(run_cmd))
+    app.command("status")(cli_errors(status_cmd))
+    app.command("stop")(cli_errors(stop_cmd))
+    app.command("monitor")(cli_errors(monitor_cmd))
+
