@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 import structlog
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, ObjectLostError, RayActorError
 
 from agents.executor import Executor
 from harness_store.codec import decode, encode
@@ -27,6 +27,48 @@ from services.logs import configure_logging
 
 log = structlog.get_logger(role="pool")
 ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
+# A result stored on a node that died before the driver fetched it (results over Ray's inline size live in
+# the actor node's object store) is lost with it: re-run like a rollout whose actor died.
+RESULT_LOST = (*ACTOR_LOST, ObjectLostError)
+SCHEDULING = ("SPREAD", "DEFAULT")  # Ray scheduling strategies the pools accept by name
+NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its node id
+WORKER_CPUS = 0.5  # CPUs one rollout actor asks for (it mostly waits on model servers)
+READY_TIMEOUT_ENV = "COEVOLVE_ACTOR_READY_TIMEOUT_S"
+DEFAULT_READY_TIMEOUT_S = 180.0
+
+
+class ActorsNotReady(ValueError):
+    """Actors the cluster cannot place (or start) in time: one line naming what was asked and what
+    the cluster has (a ValueError, so the CLI reports it as bad input)."""
+
+
+def ready_timeout(explicit: float | None = None) -> float:
+    if explicit is not None:
+        return explicit
+    raw = os.environ.get(READY_TIMEOUT_ENV, "")
+    try:
+        return float(raw) if raw else DEFAULT_READY_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"${READY_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+
+
+def wait_ready(actors: list[Any], what: str, cpus_each: float, timeout_s: float | None = None) -> None:
+    """Wait until every actor answers `ready()`; if some do not within the timeout (the cluster cannot
+    schedule them, or they hang starting), kill them all and raise `ActorsNotReady`."""
+    timeout = ready_timeout(timeout_s)
+    refs = [a.ready.remote() for a in actors]
+    done, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    if pending:
+        total = ray.cluster_resources().get("CPU", 0.0)
+        free = ray.available_resources().get("CPU", 0.0)
+        for a in actors:
+            ray.kill(a)
+        raise ActorsNotReady(
+            f"{len(pending)} of {len(actors)} {what} actors did not start within {timeout:g}s: asked for "
+            f"{len(actors)} x {cpus_each:g} CPU = {len(actors) * cpus_each:g} CPUs; the cluster has {total:g} CPUs, "
+            f"{free:g} free. Use fewer workers, or more time for a cluster that is still scaling up (${READY_TIMEOUT_ENV})"
+        )
+    ray.get(done)  # an actor whose constructor failed raises here
 
 
 @dataclass(frozen=True)
@@ -48,6 +90,10 @@ class RolloutWorker:
 
     def ready(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (a replacement for it, if it is lost, avoids that node)."""
+        return ray.get_runtime_context().get_node_id()
 
     async def rollout(self, instance: bytes, harness: bytes, model: str, seed: int) -> bytes:
         traj = await self.executor.rollout(decode(instance), decode(harness), model, seed)
@@ -75,12 +121,21 @@ class RolloutPool:
         workers: int = 2,
         *,
         max_concurrency: int = 256,
-        num_cpus: float = 0.5,
+        num_cpus: float = WORKER_CPUS,
         env: dict[str, str] | None = None,
         max_replacements: int = 8,
+        ready_timeout_s: float | None = None,
+        resources: dict[str, float] | None = None,
+        scheduling: str = "SPREAD",
     ):
+        """`resources`: custom Ray resources each actor needs besides its CPUs (e.g. `{"executor": 1}` to
+        run only on nodes that advertise `executor`); `scheduling`: "SPREAD" (default: actors spread over
+        the nodes that qualify) or "DEFAULT" (Ray packs them). Neither pins a node: a replacement for an
+        actor lost with its node goes to another node that qualifies (see `avoiding`)."""
         if workers < 1:
             raise ValueError("workers must be >= 1")
+        self.resources = placement_resources(resources)
+        self.scheduling = scheduling_strategy(scheduling)
         self.max_concurrency = max_concurrency
         self.num_cpus = num_cpus
         self._env = worker_env(env)
@@ -88,16 +143,22 @@ class RolloutPool:
         self.replacements = 0
         self._turn = 0
         self._lock = threading.RLock()
+        self._nodes: dict[Any, Any] = {}  # actor -> ref to its node id
         self.actors = [self._spawn() for _ in range(workers)]
-        ray.get([a.ready.remote() for a in self.actors])
+        wait_ready(self.actors, describe("rollout", self.resources), num_cpus, ready_timeout_s)
 
-    def _spawn(self) -> Any:
+    def _spawn(self, avoid_node: str | None = None) -> Any:
         cls = ray.remote(RolloutWorker)
-        return cls.options(
+        actor = cls.options(
             num_cpus=self.num_cpus,
             max_concurrency=self.max_concurrency,
             runtime_env={"env_vars": self._env},
+            scheduling_strategy=self.scheduling,
+            **({"resources": self.resources} if self.resources else {}),
+            **avoiding(avoid_node),
         ).remote()
+        self._nodes[actor] = actor.node_id.remote()
+        return actor
 
     def run(
         self,
@@ -143,7 +204,7 @@ class RolloutPool:
                     i, actor = pending.pop(ref)
                     try:
                         traj = decode(ray.get(ref))
-                    except ACTOR_LOST as e:
+                    except RESULT_LOST as e:
                         self._replace(actor, e)
                         submit(i)
                         continue
@@ -170,7 +231,7 @@ class RolloutPool:
                 self._turn += 1
             try:
                 return decode(ray.get(actor.replay.remote(*payload)))
-            except ACTOR_LOST as e:
+            except RESULT_LOST as e:
                 self._replace(actor, e)
 
     def _replace(self, actor: Any, error: Exception) -> None:
@@ -181,12 +242,63 @@ class RolloutPool:
             if self.replacements > self.max_replacements:
                 raise RuntimeError(f"rollout actors keep dying ({self.replacements} replaced): {error}") from error
             log.warning("rollout actor lost; re-running its rollouts on a new actor", error=str(error)[:200])
-            self.actors[self.actors.index(actor)] = self._spawn()
+            self.actors[self.actors.index(actor)] = self._spawn(avoid_node=self._node_of(actor))
+            _kill_quietly(actor)  # one merely unreachable may still run: it must not linger beside its replacement
+
+    def _node_of(self, actor: Any) -> str | None:
+        """The node a lost actor ran on, if it said so before it was lost."""
+        ref = self._nodes.pop(actor, None)
+        if ref is None:
+            return None
+        try:
+            return ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - lost before it answered: the replacement may go anywhere
+            return None
 
     def shutdown(self) -> None:
         for a in self.actors:
             ray.kill(a)
         self.actors = []
+        self._nodes.clear()
+
+
+def avoiding(node_id: str | None) -> dict[str, Any]:
+    """Actor options that keep a replacement off the node its predecessor was lost with: until Ray's
+    health check declares that node dead (seconds), Ray still offers it, and an actor placed there would
+    die in turn. Soft: where no other node qualifies (one node, or the others full) the fallback
+    places it anywhere, that node included."""
+    if not node_id:
+        return {}
+    return {"label_selector": {NODE_ID_LABEL: f"!{node_id}"}, "fallback_strategy": [{"label_selector": {}}]}
+
+
+def placement_resources(resources: dict[str, float] | None) -> dict[str, float]:
+    """Custom resources an actor asks for (CPUs and GPUs have their own options)."""
+    out = {str(k): float(v) for k, v in (resources or {}).items()}
+    bad = [k for k, v in out.items() if k in ("CPU", "GPU") or v < 0]
+    if bad:
+        raise ValueError(f"resources must be custom resources with amounts >= 0 (use num_cpus for CPUs): {', '.join(bad)}")
+    return out
+
+
+def scheduling_strategy(name: str) -> str:
+    if name not in SCHEDULING:
+        raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {name!r}")
+    return name
+
+
+def describe(what: str, resources: dict[str, float]) -> str:
+    """`what` for `wait_ready`'s message, naming the custom resources each actor needs."""
+    if not resources:
+        return what
+    return f"{what} ({', '.join(f'{k}={v:g}' for k, v in resources.items())} each)"
+
+
+def _kill_quietly(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception as e:  # noqa: BLE001 - already dead or its node gone: nothing left to stop
+        log.debug("lost rollout actor could not be killed", error=str(e)[:200])
 
 
 class _Progress:
