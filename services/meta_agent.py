@@ -131,8 +131,9 @@ class MetaAgent:
         from tasks import get_family
 
         p = self.profile
-        self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus)
-        self.pools["judge"] = RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus)
+        self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus, resources=p.weak.resources or None)
+        self.pools["judge"] = RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus,
+                                       resources=p.judge.resources or None)
         gateway = Gateway()
         evaluate = self.meter.wrap(PoolEvaluator(self.pools["executor"]).evaluate)
 
@@ -142,7 +143,8 @@ class MetaAgent:
             if pool is None or getattr(pool, "_family", None) != family:
                 if pool is not None:
                     pool.shutdown()
-                pool = RolePool("expert", p.expert.model, p.expert.workers, family=family, num_cpus=p.expert.num_cpus)
+                pool = RolePool("expert", p.expert.model, p.expert.workers, family=family, num_cpus=p.expert.num_cpus,
+                                resources=p.expert.resources or None)
                 pool._family = family
                 self.pools[key] = pool
             return pool
