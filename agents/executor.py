@@ -5,17 +5,33 @@ implements; hooks run around each tool call; the context policy is applied befor
 the loop stops on finish or the turn limit; the checker scores the final service state. A failed
 rollout is data (its trajectory says why); only a model/transport error that outlasts the retries
 makes an `infra` trajectory, which is never counted as a task failure.
+
+Blocking work runs off the event loop, so that one slow tool does not stall the other rollouts of the
+same executor (an actor runs many at once): the environment's construction (it may open a browser
+page or a database), the calls of the tools the environment names in `blocking_tools` (a sandbox
+subprocess, a Chromium page, a user model) and, for such an environment, its checker. They run on a
+thread pool the executor owns, one call at a time per rollout, so a rollout's calls keep their order
+and an env never sees two threads at once. Cheap pure-Python tools stay inline: a hop to a thread and
+back costs more than they do. The pool is sized by `tool_threads` (default `COEVOLVE_TOOL_THREADS`,
+else 32): its threads only wait (on a subprocess, on the browser's own thread, on a remote model), and
+where the work behind them is serial per process (one sandbox fork server, one Playwright thread) more
+threads would only wait longer; 0 runs everything inline on the loop, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
+import os
 import random
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -24,7 +40,10 @@ from agents.context import apply_policy
 from harness_store.values import Harness, HookSpec, TaskInstance, ToolSpec, Trajectory, TurnRecord
 from tasks import get_family
 
+T = TypeVar("T")
 TASK_ID_LINE = "(Task id: {id})"
+TOOL_THREADS_ENV = "COEVOLVE_TOOL_THREADS"
+DEFAULT_TOOL_THREADS = 32
 NO_TOOL_NUDGE = "No tool was called. Use the tools to make progress, and call finish when the task is done."
 
 
@@ -94,17 +113,52 @@ def same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return calls(a) == calls(b)
 
 
+def resolve_tool_threads(explicit: int | None = None) -> int:
+    """Threads for blocking tools: `explicit`, else $COEVOLVE_TOOL_THREADS, else 32; 0 = run inline."""
+    if explicit is None:
+        raw = os.environ.get(TOOL_THREADS_ENV, "")
+        try:
+            explicit = int(raw) if raw else DEFAULT_TOOL_THREADS
+        except ValueError:
+            raise ValueError(f"${TOOL_THREADS_ENV} must be a whole number of threads, got {raw!r}") from None
+    if explicit < 0:
+        raise ValueError(f"tool_threads must be >= 0, got {explicit}")
+    return explicit
+
+
 class Executor:
-    def __init__(self, client: ModelClient, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, client: ModelClient, retry: RetryPolicy = RetryPolicy(), *, tool_threads: int | None = None):
         self.client = client
         self.retry = retry
+        self.tool_threads = resolve_tool_threads(tool_threads)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the executor's tool threads (with this task's context vars); inline when
+        `tool_threads` is 0."""
+        if not self.tool_threads:
+            return fn(*args)
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.tool_threads, thread_name_prefix="executor-tool")
+            pool = self._pool
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(pool, call)
+
+    def close(self) -> None:
+        """Stop the tool threads (idle ones also end when the executor is garbage-collected)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     async def rollout(
         self, instance: TaskInstance, harness: Harness, model: str, seed: int = 0, *, resume: Resume | None = None
     ) -> Trajectory:
         log = structlog.get_logger(role="executor", harness_id=harness.id[:12], instance=instance.id, model=model)
         family = get_family(instance.family)
-        env = family.make_env(instance)
+        env = await self._off_loop(family.make_env, instance)  # may open a browser page, a database
         available = {t.impl for t in env.tool_specs()}
         tools = [t for t in harness.tools if t.impl in available]
         tool_schemas = [openai_tool(t) for t in tools]
@@ -163,7 +217,7 @@ class Executor:
                 if finished:
                     content, ok = "error: the episode has already finished", False
                 else:
-                    content, ok, finished, fired = self._run_call(
+                    content, ok, finished, fired = await self._run_call(
                         env, by_name, harness.hooks, name, raw, checklist_shown
                     )
                     if "finish_checklist" in fired:
@@ -197,7 +251,12 @@ class Executor:
                 break
         else:
             error, error_detail = "task", f"turn limit {harness.max_turns} reached without finish"
-        outcome = None if error == "infra" else family.check(env)
+        if error == "infra":
+            outcome = None
+        elif getattr(env, "blocking_tools", None):  # its checker reads the same services (e.g. a sandbox run)
+            outcome = await self._off_loop(family.check, env)
+        else:
+            outcome = family.check(env)
         traj = Trajectory(
             instance=instance,
             harness_id=harness.id,
@@ -261,7 +320,7 @@ class Executor:
             return {"deviations": deviations, "decisive_turn": None, "counterfactual_error": str(e)}
         return {"deviations": deviations, "decisive_turn": decisive}
 
-    def _run_call(
+    async def _run_call(
         self,
         env: Any,
         by_name: dict[str, ToolSpec],
@@ -270,7 +329,8 @@ class Executor:
         raw: str,
         checklist_shown: bool,
     ) -> tuple[str, bool, bool, list[str]]:
-        """Execute one tool call: (observation, succeeded, finished, hooks that fired)."""
+        """Execute one tool call: (observation, succeeded, finished, hooks that fired). Argument checks
+        and hooks run inline; the call itself runs off the loop when the env names the tool blocking."""
         spec = by_name.get(name)
         if spec is None:
             return f"error: unknown tool {name!r}; available: {', '.join(by_name)}", False, False, []
@@ -290,7 +350,10 @@ class Executor:
                 if held:
                     return held, True, False, [h.kind]
         try:
-            result = env.call(spec.impl, args)
+            if spec.impl in getattr(env, "blocking_tools", ()):
+                result = await self._off_loop(env.call, spec.impl, args)
+            else:
+                result = env.call(spec.impl, args)
         except Exception as e:  # noqa: BLE001 — an environment bug must not kill the rollout; it is recorded
             return f"error: tool {name} crashed: {type(e).__name__}: {e}", False, False, []
         return result.content, not result.error, result.finished, []
@@ -302,6 +365,8 @@ class Executor:
                 return await asyncio.wait_for(
                     self.client.acomplete(model, messages, tools, seed=seed), self.retry.call_timeout_s
                 )
+            except ModelUnavailable:
+                raise  # the client (the gateway) has retried already, or the error is not retryable
             except Exception as e:  # noqa: BLE001 — transport, provider, timeout: all retried, then infra
                 last = e
                 if attempt + 1 < self.retry.attempts:

@@ -156,7 +156,15 @@ class ToolArgError(ValueError):
 
 
 class TaskEnv(ABC):
-    """One instance's live services. `call` never raises for bad input: it returns an error result."""
+    """One instance's live services. `call` never raises for bad input: it returns an error result.
+
+    `blocking_tools` names the tools (impls) whose call waits on something outside this process's
+    Python — a sandbox subprocess, a browser, a remote model: the executor runs those calls (and this
+    env's checker) on a worker thread, off its event loop, one call at a time per env. Every other tool
+    is cheap pure Python and runs inline. An env whose blocking tools are set must tolerate being
+    called from a thread other than the one that created it (sqlite: `check_same_thread=False`)."""
+
+    blocking_tools: frozenset[str] = frozenset()
 
     def __init__(self, instance: TaskInstance):
         self.instance = instance
@@ -287,9 +295,16 @@ class TaskFamily(ABC):
                 params[k] = type(self.default_params[k])(v)
             if family != self.name:
                 raise ValueError
-            return self.instance_at(split, int(index), **params)
+            i = int(index)
         except (ValueError, KeyError) as e:
             raise ValueError(f"bad instance id {instance_id!r} for family {self.name!r}") from e
+        if split not in self.split_sizes:
+            raise ValueError(f"bad instance id {instance_id!r}: unknown split {split!r} (splits: {sorted(self.split_sizes)})")
+        if not 0 <= i < self.split_sizes[split]:
+            raise ValueError(
+                f"bad instance id {instance_id!r}: the {split} split of {self.name} has instances 0..{self.split_sizes[split] - 1}"
+            )
+        return self.instance_at(split, i, **params)
 
     # ---------------------------------------------------------------- per family
     def world(self, seed: int, params: dict[str, Any]) -> Any:

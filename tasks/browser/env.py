@@ -44,6 +44,8 @@ class BrowserEnv(TaskEnv):
             self.session: Session = TextSession(self.app)
         elif backend == "chromium":
             self.session = (browser or shared_chromium()).session(self.app)
+            # each of these waits on the browser thread (ChromiumBrowser.call); answer/finish do not
+            self.blocking_tools = SESSION_TOOLS
         else:
             raise ValueError(f"unknown browser backend {backend!r} (text, chromium)")
 
@@ -176,6 +178,7 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
+SESSION_TOOLS = frozenset({"goto", "read_page", "click", "type", "select", "submit"})
 ELEMENT = {"type": "string", "minLength": 1, "description": "an element id as read_page shows it after '#'"}
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("goto", "Open a page of the web application by path, e.g. /admin/orders.",

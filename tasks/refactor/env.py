@@ -20,6 +20,8 @@ ENV_LIMITS = sandbox.Limits(wall_s=15.0, per_test_s=2.0, cpu_s=10, memory_mb=256
 
 
 class RefactorEnv(TaskEnv):
+    blocking_tools = frozenset({"run_tests"})  # a sandbox subprocess; the other tools are pure Python
+
     def __init__(self, instance: TaskInstance, world: RefactorWorld):
         super().__init__(instance)
         self.world = world

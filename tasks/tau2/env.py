@@ -78,6 +78,7 @@ class Tau2Env(TaskEnv):
         self.user: ScriptedUser | SimulatedUser
         if model:
             self.user = SimulatedUser(self.task, self.opening, model, args)
+            self.blocking_tools = frozenset({"message_user"})  # a synchronous call to the user's model
         else:
             self.user = ScriptedUser(scenario(raw_tasks(domain)[task_id]))
         _log_user_once(self.user, model)
