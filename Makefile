@@ -6,7 +6,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
-export RAY_AUTH_MODE := disabled
 export RAY_DEDUP_LOGS := 0
 
 .PHONY: venv demo test test-fast test-slow bench bench-models clean

@@ -57,5 +57,5 @@ def run_handbook_tool(handbook: Handbook, name: str, raw_args: str | dict[str, A
             s = handbook.read(str(args.get("section", "")))
             return f"## {s.title} (id: {s.id})\n{s.text}"
         return f"error: unknown tool {name!r} (tools: search_handbook, read_handbook)"
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OverflowError, RecursionError) as e:  # e.g. "k": 1e400 is infinity
         return f"error: {e}"

@@ -6,7 +6,11 @@ Same model, same prompts (chat messages with tools), greedy, a fixed number of n
 The offline engine runs first and is shut down before Serve starts, so both get the whole machine.
 Printed: both rates and their ratio served / offline.
 
-    python bench/serve_overhead.py [--model MODEL_DIR] [--prompts 16] [--tokens 64]
+    python bench/serve_overhead.py [--model MODEL_DIR] [--prompts 16] [--tokens 64] [--json]
+
+Output: progress lines on stderr, the figures on stdout (`--json`: one JSON object on stdout). vLLM
+logs warnings only; Ray Serve's controller, proxy and replica log into Ray's log folder, named in a
+progress line, not onto the terminal.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("LITELLM_LOG", "ERROR")  # its INFO lines trip the JSON log formatter vLLM installs
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def prompts(n: int) -> list[list[dict]]:
@@ -50,9 +57,9 @@ def offline(model: str, msgs: list[list[dict]], tokens: int, max_len: int) -> tu
 
     llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=max_len, max_num_seqs=len(msgs))
     sp = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-    llm.chat(msgs[:2], sp, tools=TOOLS)  # warm-up
+    llm.chat(msgs[:2], sp, tools=TOOLS, use_tqdm=False)  # warm-up
     t0 = time.perf_counter()
-    outs = llm.chat(msgs, sp, tools=TOOLS)
+    outs = llm.chat(msgs, sp, tools=TOOLS, use_tqdm=False)
     dt = time.perf_counter() - t0
     n = sum(len(o.outputs[0].token_ids) for o in outs)
     del llm
@@ -90,18 +97,36 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = ap.parse_args()
 
+    from services.logs import (
+        configure_logging,
+        output_to_file,
+        quiet_libraries,
+        quiet_serve_driver,
+        ray_log_dir,
+    )
+
+    quiet_libraries()  # before vLLM, Ray Serve and litellm are imported
+    configure_logging(json_lines=False, level="warning")
     from services.models import make_tiny
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     model = args.model or str(make_tiny(work / "tiny"))
     msgs = prompts(args.prompts)
 
-    off_rate, off_n = offline(model, msgs, args.tokens, args.max_len)
-    print(f"offline LLM: {off_n} tokens, {off_rate:.1f} tok/s", flush=True)
+    log = work / "offline-vllm.log"
+    progress(f"bench: {args.prompts} prompts x {args.tokens} tokens; vLLM offline LLM first (its output: {log}) ...")
+    try:
+        with output_to_file(log):
+            off_rate, off_n = offline(model, msgs, args.tokens, args.max_len)
+    except BaseException:
+        progress(f"the offline run failed; the end of {log}:\n" + "\n".join(log.read_text().splitlines()[-30:]))
+        raise
+    progress(f"offline LLM: {off_n} tokens, {off_rate:.1f} tok/s; now Ray Serve + HTTP + litellm ...")
 
-    from cluster.runtime import start_ray
+    from cluster.runtime import start_ray, stop_ray
     from harness_store.values import ModelRef
     from services.serving import (
         apply_serve_env_defaults,
@@ -112,7 +137,9 @@ def main() -> None:
     )
 
     apply_serve_env_defaults()
-    start_ray(None, args.cpus)
+    start_ray(None, args.cpus, log_to_driver=False)  # Serve's and vLLM's worker output: Ray's log files
+    quiet_serve_driver()
+    progress(f"Ray started; Serve and replica logs in {ray_log_dir()}")
     cfg = load_serve_config(
         ROOT / "deploy/serve/cpu-tiny.yaml",
         [
@@ -125,13 +152,16 @@ def main() -> None:
         ],
     )
     store = work / "store"
+    progress("deploying the Serve app (vLLM start-up in a replica) ...")
     start_serving(cfg, store)
     try:
         route = litellm_route(ModelRef.parse("vllm/bench"), store)
         srv_rate, srv_n = asyncio.run(_served(route, msgs, args.tokens))
     finally:
-        stop_serving(store)
-    print(f"Ray Serve + HTTP + litellm: {srv_n} tokens, {srv_rate:.1f} tok/s", flush=True)
+        with output_to_file(work / "shutdown.log"):  # Serve's and the raylet's goodbyes
+            stop_serving(store)
+            stop_ray()
+    progress(f"Ray Serve + HTTP + litellm: {srv_n} tokens, {srv_rate:.1f} tok/s")
     out = {
         "model": model,
         "prompts": args.prompts,
@@ -140,8 +170,13 @@ def main() -> None:
         "served_tok_s": round(srv_rate, 1),
         "ratio": round(srv_rate / off_rate, 3),
     }
-    print(json.dumps(out, indent=2))
-    print(f"served / offline generated tokens/s: {out['ratio']:.2f}")
+    if args.json:
+        print(json.dumps(out))
+        return
+    print(
+        f"served / offline generated tokens/s: {out['ratio']:.2f} "
+        f"(served {out['served_tok_s']}, offline {out['offline_tok_s']} tok/s; {args.prompts} prompts x {args.tokens} tokens)"
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ epoch, adapter registered in a scratch store). Printed, as ratios Ray / bare:
 Rounds alternate bare/Ray; each round gives a paired ratio and the median over rounds is printed,
 since other work on a shared machine moves absolute rates by several times between minutes.
 
-    python bench/train_throughput.py [--base MODEL_DIR] [--rounds 2] [--repeat 40] [--threads 2]
+    python bench/train_throughput.py [--base MODEL_DIR] [--rounds 2] [--repeat 40] [--threads 2] [--json]
+
+Output: progress lines on stderr, the figures on stdout (`--json`: one JSON object on stdout). Ray's
+workers (the Train controller and worker) log into Ray's log folder, named in the first progress line,
+not onto the terminal.
 """
 
 from __future__ import annotations
@@ -29,8 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -40,8 +47,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=40, help="row-set copies per epoch")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2, help="torch threads = CPUs of the Train worker")
+    ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = ap.parse_args()
 
+    from services.logs import configure_logging, quiet_libraries, ray_log_dir
+
+    quiet_libraries()  # before transformers, Ray Train and friends are imported
+    configure_logging(json_lines=False, level="warning")
     from cluster.runtime import start_ray
     from harness_store.store import HarnessStore
     from services.models import make_tiny
@@ -54,7 +66,12 @@ def main() -> None:
     cfg = TrainConfig(
         lr=1e-3, epochs=args.epochs, repeat=args.repeat, dropout=0.0, cpus_per_worker=args.threads, rank=16
     )
-    start_ray(None, args.threads)
+    progress(
+        f"bench: Ray Train LoRA job vs the bare peft loop, {args.rounds} round(s) of {args.epochs} epochs "
+        f"x {args.repeat} row-set copies, {args.threads} threads"
+    )
+    start_ray(None, args.threads, log_to_driver=False)  # worker output goes to Ray's log files
+    progress(f"Ray started; worker logs in {ray_log_dir()}")
 
     def bare() -> tuple[float, float, int]:
         t0 = time.perf_counter()
@@ -83,9 +100,14 @@ def main() -> None:
 
     results: dict[str, list[tuple[float, float, int]]] = {"bare": [], "ray": []}
     for i in range(args.rounds):
+        progress(f"round {i + 1}/{args.rounds}: bare peft loop, then the Ray Train job ...")
         results["bare"].append(bare())
         results["ray"].append(on_ray(i))
-        print(f"round {i}: bare {results['bare'][-1]}  ray {results['ray'][-1]}", flush=True)
+        (b_loop, b_job, _), (r_loop, r_job, _) = results["bare"][-1], results["ray"][-1]
+        progress(
+            f"round {i + 1}/{args.rounds}: loop tokens/s bare {b_loop:.0f}, Ray {r_loop:.0f} ({r_loop / b_loop:.2f}); "
+            f"job tokens/s bare {b_job:.0f}, Ray {r_job:.0f} ({r_job / b_job:.2f})"
+        )
 
     def med(side: str, k: int) -> float:
         return statistics.median(r[k] for r in results[side])
@@ -109,10 +131,16 @@ def main() -> None:
         "ray_job_tok_s": round(med("ray", 1), 1),
         "job_ratio": round(ratio(1), 3),
     }
-    print(json.dumps(out, indent=2))
+    if args.json:
+        print(json.dumps(out))
+        return
     print(
         f"Ray Train / bare peft loop: loop tokens/s ratio {out['loop_ratio']:.2f} (target >= 0.8), "
-        f"whole-job tokens/s ratio {out['job_ratio']:.2f} ({steps} steps per run)"
+        f"whole-job tokens/s ratio {out['job_ratio']:.2f} ({steps} steps per run, median of {args.rounds} round(s))"
+    )
+    print(
+        f"  loop tokens/s: bare {out['bare_loop_tok_s']}, Ray {out['ray_loop_tok_s']}; "
+        f"job tokens/s: bare {out['bare_job_tok_s']}, Ray {out['ray_job_tok_s']}"
     )
 
 

@@ -459,12 +459,15 @@ def _register_extensions() -> None:
     cli_run.register(app)
 
 
-_register_extensions()
-
-
 def main() -> None:  # pragma: no cover
     app(prog_name="coevolve")
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m cluster.cli`: run the importable module's app. The extension modules import
+    # `cluster.cli` by name; registering them from `__main__` as well would import them half-done.
+    from cluster.cli import main as _main
+
+    sys.exit(_main())
+
+_register_extensions()

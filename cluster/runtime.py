@@ -1,13 +1,36 @@
-"""The only place that starts or attaches to Ray (DESIGN §2)."""
+"""The only place that starts or attaches to Ray (DESIGN §2).
+
+Ray is closed by default (deploy/SECURITY.md):
+
+- token authentication stays on (Ray 2.60's default, `RAY_AUTH_MODE=token`): every gRPC server and the
+  dashboard agent's HTTP API refuse a request without the cluster's token. An embedded Ray uses the
+  user's `~/.ray/auth_token` (written on first start, owner-only); its workers, Serve replicas and a CLI
+  attaching on this machine find it there (or in `RAY_AUTH_TOKEN` / `RAY_AUTH_TOKEN_PATH`). Attaching to
+  a remote cluster needs that cluster's token the same way; Ray does not turn token mode on by itself
+  for an explicit address, so we do, and say what is missing when no token is found.
+- an embedded Ray is a single-node Ray bound to loopback: its node address is 127.0.0.1, so GCS, raylet,
+  object manager, dashboard agent (job API, metrics) and runtime-env agent listen on 127.0.0.1 only.
+  Ray rewrites `_node_ip_address="127.0.0.1"` to the machine's address unless clustering is off
+  (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read when `ray` is imported), hence `_loopback_only()`. What
+  still binds a wildcard address is Ray Serve's per-replica gRPC server, which carries the token check.
+- no dashboard (`include_dashboard=False`).
+- `RAY_AUTH_MODE=disabled` in the environment is respected (a test that needs it sets it itself), with
+  a warning.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import structlog
 
 log = structlog.get_logger(role="cluster")
+
+LOOPBACK = "127.0.0.1"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+SINGLE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray resolves this node's address to loopback
 
 _DEFAULT_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -16,7 +39,7 @@ _DEFAULT_ENV = {
 }
 
 
-def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
     """Start an embedded local Ray (address None) or attach to a running cluster."""
     import ray
 
@@ -27,24 +50,121 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     for k, v in _DEFAULT_ENV.items():
         os.environ.setdefault(k, v)
     apply_serve_env_defaults()  # Serve's timeouts are read from the environment its processes inherit
+    _token_auth(address)
     if address is None:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        _loopback_only()
     project_root = str(Path(__file__).resolve().parent.parent)
-    env_vars = {k: os.environ[k] for k in (*_DEFAULT_ENV, "RAY_AUTH_MODE") if k in os.environ}
+    # Never the token nor any key: runtime_env is recorded in the GCS and shown by Ray's tools.
+    env_vars = {k: os.environ[k] for k in _DEFAULT_ENV if k in os.environ}
     runtime_env = {"env_vars": env_vars}
     if address is not None:
         # Workers on a remote cluster may not have the project installed: ship the code.
         runtime_env["working_dir"] = project_root
-        runtime_env["excludes"] = [".venv", ".git", ".coevolve", "*.safetensors"]
+        runtime_env["excludes"] = [".venv", ".git", ".coevolve", "*.safetensors", ".env", "*.env"]  # no secrets files
     ray.init(
         address=address,
         num_cpus=num_cpus if address is None else None,
         include_dashboard=False,
-        log_to_driver=True,
+        _node_ip_address=LOOPBACK if address is None else None,
+        log_to_driver=log_to_driver,  # False: worker output stays in Ray's log files
         runtime_env=runtime_env,
         logging_level="WARNING",
     )
+    if address is None:
+        _check_loopback()
     log.info("ray started" if address is None else "ray attached", address=address or "local")
+
+
+class RayAuthError(ValueError):
+    """Token authentication is on but this process has no token for the cluster (one line for the CLI)."""
+
+
+def token_path() -> Path:
+    """Where Ray looks for the token after `$RAY_AUTH_TOKEN`: `$RAY_AUTH_TOKEN_PATH`, else ~/.ray/auth_token."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
+
+
+def _token_available() -> bool:
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return True
+    try:
+        return bool(token_path().read_text().strip())
+    except OSError:
+        return False
+
+
+def _ensure_local_token() -> None:
+    """An embedded Ray's token: ~/.ray/auth_token, created owner-only (Ray's own would be 0644), and
+    tightened to 0600 if this user's existing one is readable by others."""
+    path = token_path()
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        st = path.stat()
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            path.chmod(0o600)
+            log.info("ray token file made owner-only", path=str(path))
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    log.info("ray token written", path=str(path))
+    try:  # Ray caches the token it found (or did not): make it read the new file
+        from ray._raylet import AuthenticationTokenLoader
+
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):
+        pass
+
+
+def check_token(address: str | None) -> None:
+    """Before anything runs: attaching needs the cluster's token (unless auth is explicitly disabled)."""
+    mode = os.environ.get(AUTH_MODE_ENV)
+    if address is not None and (mode is None or mode.lower() == "token") and not _token_available():
+        raise RayAuthError(
+            f"attaching to Ray at {address} needs the cluster's token: put it in {token_path()} or set "
+            "RAY_AUTH_TOKEN_PATH (or RAY_AUTH_TOKEN); see deploy/SECURITY.md"
+        )
+
+
+def _token_auth(address: str | None) -> None:
+    """Token mode on for this process and the Ray processes it starts, unless explicitly disabled."""
+    mode = os.environ.get(AUTH_MODE_ENV)
+    if mode is not None and mode.lower() != "token":
+        log.warning(
+            "Ray token authentication is disabled by the environment: any process that reaches Ray's ports "
+            "can run code as this user",
+            **{AUTH_MODE_ENV: mode},
+        )
+        return
+    if address is None:
+        _ensure_local_token()
+    check_token(address)
+    os.environ[AUTH_MODE_ENV] = "token"  # inherited by the raylet, hence by every worker and Serve replica
+    try:  # Ray reads the mode into its config once; re-read it (what Ray itself does when it turns auth on)
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except (ImportError, AttributeError):
+        pass
+
+
+def _loopback_only() -> None:
+    """Make the embedded node's address 127.0.0.1 (see the module docstring)."""
+    os.environ[SINGLE_NODE_ENV] = "0"  # Ray's Python processes read it at import
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # this process imported ray already
+
+
+def _check_loopback() -> None:
+    import ray
+
+    ip = ray.util.get_node_ip_address()
+    if ip not in (LOOPBACK, "::1", "localhost"):
+        log.warning("embedded Ray is not bound to loopback: its ports are reachable from the network", node_ip=ip)
 
 
 def stop_ray() -> None:

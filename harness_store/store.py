@@ -24,6 +24,11 @@ Runs record their owner (pid, host, process start time) when created or claimed.
 one process at a time a `Lease` on a run (a `done` run is refused; a claim whose owner is gone is
 taken over); `check()` verifies every record and object and finds runs whose owner died.
 
+A directory without store.db opens as a new store when it is empty or holds only the project's own
+subfolders (`STORE_SUBFOLDERS`: models/, adapters/, datasets/, train_runs/), so that
+`coevolve models make-tiny .coevolve/models/tiny` before the first store command works; anything else
+in it is refused (it is somebody else's folder).
+
 A store whose directory (or store.db, or objects/) is not writable opens read-only: reads work and the
 first write raises `StoreError`.
 
@@ -135,6 +140,10 @@ CREATE TABLE IF NOT EXISTS adapters (
 );
 """
 _TABLES = frozenset({"meta", "harnesses", "aliases", "runs", "trajectory_batches", "events", "adapters"})
+# Folders the project keeps inside a store (`coevolve models make-tiny .coevolve/models/tiny`, adapters,
+# datasets, training checkpoints). A directory without store.db that holds only these is a fresh store,
+# not a stranger's folder: it is initialised like an empty one.
+STORE_SUBFOLDERS = ("models", "adapters", "datasets", "train_runs")
 # columns schema 2 added to `runs` (a schema-1 store is migrated when opened writable)
 _RUN_V2_COLUMNS = (
     ("updated", "REAL"),
@@ -333,10 +342,12 @@ class HarnessStore:
                 raise StoreError(f"cannot list store directory {str(root)!r}: {e.strerror}") from None
             db_exists = DB_NAME in entries
             if not db_exists:
-                if entries:
+                own = _own_subfolders(root, entries)
+                if entries and own is None:
                     raise StoreError(f"{str(root)!r} is not a harness store (no {DB_NAME}) and is not empty")
                 if not create:
-                    raise StoreError(f"no harness store at {str(root)!r} (empty directory, create=False)")
+                    what = f"holds only {', '.join(own)}" if own else "empty directory"
+                    raise StoreError(f"no harness store at {str(root)!r} ({what}, create=False)")
                 if not os.access(root, os.W_OK):
                     raise StoreError(
                         f"cannot create a harness store in {str(root)!r}: the directory is read-only"
@@ -1435,6 +1446,30 @@ def _migrate_v1(c: sqlite3.Connection) -> None:
 
 
 _ADAPTER_FILES = ("adapter_config.json", "synthetic_adapter.json")
+
+
+def is_fresh_store_dir(root: str | Path) -> bool:
+    """Would `HarnessStore(root)` initialise a new store here? True when `root` is absent, an empty
+    directory, or a directory holding only the project's own subfolders (no store.db yet). Callers
+    that validate before writing use it to tell "no store yet" from "a store to open"."""
+    root = Path(root).expanduser()
+    if not (root.exists() or root.is_symlink()):
+        return True
+    try:
+        entries = {p.name for p in root.iterdir()} if root.is_dir() else None
+    except OSError:
+        return False
+    return entries is not None and DB_NAME not in entries and _own_subfolders(root, entries) is not None
+
+
+def _own_subfolders(root: Path, entries: set[str]) -> list[str] | None:
+    """The entries as `name/` when every one is a directory (or a link to one, e.g. models/ on a big
+    disk) named in `STORE_SUBFOLDERS`: a fresh store the project has started to fill. Else None."""
+    if not entries <= set(STORE_SUBFOLDERS):
+        return None
+    if not all((root / name).is_dir() for name in entries):
+        return None
+    return [f"{name}/" for name in sorted(entries)]
 
 
 def _leftover_tmp(path: Path) -> bool:

@@ -9,23 +9,177 @@ Routes by `ModelRef`:
 litellm's own per-call bookkeeping costs several ms of CPU, mostly response-cost calculation, which at
 thousands of concurrent rollouts is cores of pure overhead. Providers we own (synthetic) stamp their
 cost on the response, which litellm then uses instead of pricing it; costs can be overridden per model.
+
+Infra failures are retried here, for every caller (executor, proposer, judge, expert): timeouts,
+connection errors and resets, 429, 5xx, and answers that are not a chat completion (a body that is not
+JSON or is cut off — litellm reports both as a 500 —, or a response without choices). Each attempt is
+numbered in the `X-Coevolve-Attempt` header (fault injectors draw per attempt; servers ignore it),
+with exponential backoff and jitter, `RetryPolicy.attempts` in all (`COEVOLVE_RETRY`, e.g.
+"attempts=6,backoff_s=0.05" overrides it). Other errors (400, 401, 403, 404, a context-window
+overflow) are not retried. When the attempts run out, `ModelUnavailable` is raised and the executor
+records an `infra` trajectory, which never counts as a task failure. What the model *wrote* is never
+an infra failure: a tool call whose arguments a real model cut off or malformed reaches the agent
+loop as the model's message and becomes an error observation; only a transport fault (the response
+itself unreadable) is retried.
+
+Secrets: provider keys come from the environment or a secrets file (`COEVOLVE_SECRETS_FILE`, default
+`~/.config/coevolve/secrets.env`, KEY=VALUE lines), loaded into the environment variables litellm
+reads, never overriding what the environment already has, and never logged. Error messages that
+leave the gateway (logs, `ModelUnavailable`, hence trajectories and the store) have every loaded
+secret value redacted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
+import re
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import structlog
 
-from agents.executor import Completion
+from agents.executor import Completion, ModelUnavailable, RetryPolicy
 from harness_store.values import ModelRef
+from services.faults import ATTEMPT_HEADER
 
 SYNTHETIC_PROVIDER = "coevolve_synthetic"
 log = structlog.get_logger(role="gateway")
 
 _litellm = None
+
+
+SECRETS_FILE_ENV = "COEVOLVE_SECRETS_FILE"
+RETRY_ENV = "COEVOLVE_RETRY"
+_SECRET_NAME = re.compile(r"(?i)(api_?key|secret|token|password|credential|access_key)")
+_NOT_SECRET = {"COEVOLVE_SECRETS_FILE", "RAY_AUTH_TOKEN_PATH"}
+_loaded_secrets: set[str] = set()
+
+
+def secrets_file() -> Path:
+    return Path(os.environ.get(SECRETS_FILE_ENV) or Path.home() / ".config" / "coevolve" / "secrets.env").expanduser()
+
+
+def load_secrets(path: str | Path | None = None) -> list[str]:
+    """Load KEY=VALUE lines (`export` allowed, quotes stripped, # comments) into the environment, never
+    overriding a variable already set. Returns the names loaded (never the values). A missing file is
+    fine; a file others can read is loaded with a warning."""
+    p = Path(path) if path is not None else secrets_file()
+    try:
+        text = p.read_text()
+        mode = p.stat().st_mode
+    except (OSError, UnicodeDecodeError):
+        return []
+    if mode & 0o077:
+        log.warning("secrets file is readable by other users: chmod 600 it", path=str(p))
+    names = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key.replace("_", "").isalnum():
+            continue
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if value:
+            _loaded_secrets.add(value)
+        if key not in os.environ:
+            os.environ[key] = value
+            names.append(key)
+    if names:
+        log.info("secrets loaded", path=str(p), names=sorted(names))
+    return names
+
+
+_secrets_seen: tuple[str, int] | None = None
+
+
+def ensure_secrets() -> None:
+    """Load the secrets file if it is new or changed since the last look (one stat per call)."""
+    global _secrets_seen
+    p = secrets_file()
+    try:
+        seen = (str(p), p.stat().st_mtime_ns)
+    except OSError:
+        seen = (str(p), -1)
+    if seen != _secrets_seen:
+        _secrets_seen = seen
+        if seen[1] != -1:
+            load_secrets(p)
+
+
+def secret_values() -> set[str]:
+    """Values to keep out of anything written: the secrets file's, and every environment variable
+    whose name says key, token, secret, password or credential."""
+    values = set(_loaded_secrets)
+    for k, v in os.environ.items():
+        if k not in _NOT_SECRET and _SECRET_NAME.search(k) and len(v) >= 8:
+            values.add(v)
+    return values
+
+
+def redact(text: str) -> str:
+    for v in sorted(secret_values(), key=len, reverse=True):
+        if v in text:
+            text = text.replace(v, "[redacted]")
+    return text
+
+
+def retry_policy_from_env(default: RetryPolicy | None = None) -> RetryPolicy:
+    """`COEVOLVE_RETRY="attempts=6,backoff_s=0.05,backoff_max_s=1,call_timeout_s=60"` over the default."""
+    policy = default or RetryPolicy()
+    text = os.environ.get(RETRY_ENV, "").strip()
+    if not text:
+        return policy
+    fields = {"attempts": int, "backoff_s": float, "backoff_max_s": float, "call_timeout_s": float}
+    changes: dict[str, Any] = {}
+    for item in text.split(","):
+        key, _, raw = item.strip().partition("=")
+        if key not in fields:
+            raise ValueError(f"{RETRY_ENV}: unknown field {key!r} (fields: {', '.join(fields)})")
+        try:
+            changes[key] = fields[key](raw)
+        except ValueError:
+            raise ValueError(f"{RETRY_ENV}: {item!r} is not a number") from None
+    policy = replace(policy, **changes)
+    if policy.attempts < 1 or policy.backoff_s < 0 or policy.call_timeout_s <= 0:
+        raise ValueError(f"{RETRY_ENV}: attempts must be >= 1, backoff >= 0, call_timeout_s > 0")
+    return policy
+
+
+class MalformedResponse(RuntimeError):
+    """The provider answered, but not with a chat completion (a transport fault, retried)."""
+
+
+_RETRY_STATUS = {408, 409, 425, 429}
+
+
+def infra_kind(e: BaseException) -> str | None:
+    """The kind of infra failure `e` is (retried), or None for an error a retry cannot fix."""
+    import litellm
+
+    if isinstance(e, (TimeoutError, asyncio.TimeoutError, litellm.Timeout)):
+        return "timeout"
+    if isinstance(e, litellm.RateLimitError):
+        return "429"
+    if isinstance(e, MalformedResponse):
+        return "malformed"
+    if isinstance(e, (litellm.BadRequestError, litellm.AuthenticationError, litellm.PermissionDeniedError,
+                      litellm.NotFoundError, litellm.UnprocessableEntityError)):
+        return None
+    if isinstance(e, (litellm.APIConnectionError, ConnectionError)):
+        return "connection"
+    status = getattr(e, "status_code", None)
+    if isinstance(status, int):
+        return "5xx" if status >= 500 else ("http" if status in _RETRY_STATUS else None)
+    if isinstance(e, litellm.APIError):
+        return "5xx"
+    return None
 
 
 def _lib():
@@ -47,15 +201,28 @@ def _lib():
 
             custom_llm_setup()
         _litellm = litellm
+    ensure_secrets()
     return _litellm
 
 
 class Gateway:
-    """Implements `agents.executor.ModelClient`."""
+    """Implements `agents.executor.ModelClient`; retries infra failures (module docstring)."""
 
-    def __init__(self, cost_per_token: dict[str, tuple[float, float]] | None = None, timeout_s: float = 600.0):
+    def __init__(
+        self,
+        cost_per_token: dict[str, tuple[float, float]] | None = None,
+        timeout_s: float | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         self.cost_per_token = dict(cost_per_token or {})
-        self.timeout_s = timeout_s
+        self.retry = retry_policy_from_env(retry)
+        if timeout_s is not None:
+            self.retry = replace(self.retry, call_timeout_s=timeout_s)
+        self.retries = 0  # infra failures retried by this gateway (all calls)
+
+    @property
+    def timeout_s(self) -> float:
+        return self.retry.call_timeout_s
 
     def warm_up(self) -> None:
         _lib()
@@ -75,39 +242,85 @@ class Gateway:
             raise ValueError(f"provider {ref.provider!r} does not serve adapters ({model})")
         return {"model": f"{ref.provider}/{ref.model}"}
 
+    def _kwargs(self, route: dict[str, Any], attempt: int, kw: dict[str, Any]) -> dict[str, Any]:
+        out = {"max_retries": 0, **route, **kw}  # one retry loop, ours: the SDK's would repeat attempts unnumbered
+        if route["model"].startswith(SYNTHETIC_PROVIDER) or "api_base" in route:  # servers we run or front
+            out["extra_headers"] = {**(kw.get("extra_headers") or {}), ATTEMPT_HEADER: str(attempt)}
+        return out
+
+    def _failed(self, model: str, attempt: int, e: BaseException) -> tuple[float | None, ModelUnavailable]:
+        """(delay before the next attempt, or None to give up; the error to raise when giving up)."""
+        kind = infra_kind(e)
+        detail = redact(f"{type(e).__name__}: {e}")[:500]
+        attempts = attempt + 1
+        model = redact(model)
+        err = ModelUnavailable(
+            f"model {model} failed after {attempts} attempt{'s' * (attempts > 1)} ({kind or 'not retryable'}): {detail}"
+        )
+        if kind is None or attempts >= self.retry.attempts:
+            log.warning("model call failed", model=model, attempts=attempts, kind=kind or "not retryable", error=detail[:200])
+            return None, err
+        delay = min(self.retry.backoff_max_s, self.retry.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
+        self.retries += 1
+        log.info("model call failed, retrying", model=model, attempt=attempts, kind=kind, delay=round(delay, 3))
+        return delay, err
+
     async def acomplete(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0, **kw: Any
     ) -> Completion:
         litellm = _lib()
         route = self.route(model)
-        started = time.perf_counter()
-        resp = await litellm.acompletion(
-            messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s, **route, **kw
-        )
-        return self._normalise(model, resp, time.perf_counter() - started)
+        attempt = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                resp = await litellm.acompletion(
+                    messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s,
+                    **self._kwargs(route, attempt, kw),
+                )
+                return self._normalise(model, resp, time.perf_counter() - started)
+            except Exception as e:  # noqa: BLE001 - classified: infra is retried, the rest raised at once
+                delay, err = self._failed(model, attempt, e)
+                if delay is None:
+                    raise err from None
+            await asyncio.sleep(delay)
+            attempt += 1
 
     def complete(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0, **kw: Any
     ) -> Completion:
         litellm = _lib()
         route = self.route(model)
-        started = time.perf_counter()
-        resp = litellm.completion(
-            messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s, **route, **kw
-        )
-        return self._normalise(model, resp, time.perf_counter() - started)
+        attempt = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                resp = litellm.completion(
+                    messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s,
+                    **self._kwargs(route, attempt, kw),
+                )
+                return self._normalise(model, resp, time.perf_counter() - started)
+            except Exception as e:  # noqa: BLE001 - classified: infra is retried, the rest raised at once
+                delay, err = self._failed(model, attempt, e)
+                if delay is None:
+                    raise err from None
+            time.sleep(delay)
+            attempt += 1
 
     def _normalise(self, model: str, resp: Any, latency: float) -> Completion:
-        choice = resp.choices[0]
-        msg = choice.message
-        tool_calls = [
-            {
-                "id": tc.id,
-                "type": "function",
-                "function": {"name": tc.function.name, "arguments": tc.function.arguments or "{}"},
-            }
-            for tc in (msg.tool_calls or ())
-        ]
+        try:
+            choice = resp.choices[0]
+            msg = choice.message
+            tool_calls = [
+                {
+                    "id": tc.id,
+                    "type": "function",
+                    "function": {"name": tc.function.name, "arguments": tc.function.arguments or "{}"},
+                }
+                for tc in (msg.tool_calls or ())
+            ]
+        except (AttributeError, IndexError, KeyError, TypeError) as e:
+            raise MalformedResponse(f"the response is not a chat completion ({type(e).__name__})") from None
         message: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
         if tool_calls:
             message["tool_calls"] = tool_calls

@@ -143,25 +143,33 @@ def load_serve_config(path: str | Path, overrides: list[str] | tuple[str, ...] =
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except OSError as e:
-        raise ServingError(f"cannot read serve config {str(p)!r}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ServingError(f"serve config {str(p)!r} is not valid YAML: {e}") from None
+        raise ServingError(f"cannot read serve config {str(p)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ServingError(f"serve config {str(p)!r} is not text (not UTF-8)") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        raise ServingError(f"serve config {str(p)!r} is not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
-        raise ServingError(f"serve config {str(p)!r} must be a mapping")
+        raise ServingError(f"serve config {str(p)!r} must be a mapping, not {type(data).__name__}")
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ServingError(f"override {item!r} is not key=value")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ServingError(f"override {item!r} is not key=value (key: dotted names, e.g. models.0.source)")
         try:
-            _set_dotted(data, key, yaml.safe_load(raw))
-        except (IndexError, ValueError, TypeError, AttributeError):
+            value = yaml.safe_load(raw)
+        except (yaml.YAMLError, RecursionError):
+            raise ServingError(f"override {item!r}: the value is not valid YAML") from None
+        try:
+            _set_dotted(data, key, value)
+        except (IndexError, ValueError, TypeError, AttributeError, KeyError):
             raise ServingError(f"override {item!r} does not fit the config") from None
     try:
         return ServeConfig.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
         raise ServingError(f"serve config {str(p)!r}: {where}: {first['msg']}") from None
+    except (TypeError, ValueError, RecursionError) as e:  # e.g. unhashable keys YAML allows
+        raise ServingError(f"serve config {str(p)!r}: {type(e).__name__}: {e}") from None
 
 
 # ------------------------------------------------------------------------------------ the app

@@ -96,12 +96,17 @@ def _row_from_json(obj: Any, where: str) -> TrainingRow:
             raise TrainingError(f"{where}: message {i} has no valid 'role'")
         if m["role"] == "assistant" and not isinstance(m.get("train", False), bool):
             raise TrainingError(f"{where}: message {i}: 'train' must be true or false")
+        if m["role"] == "assistant" and m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
+            raise TrainingError(f"{where}: message {i}: 'tool_calls' must be a list")
     tools = obj.get("tools") or []
     if not isinstance(tools, list):
         raise TrainingError(f"{where}: 'tools' must be a list")
-    return TrainingRow(
-        messages=tuple(obj["messages"]), tools=tuple(tools), provenance=dict(obj.get("provenance") or {})
-    )
+    provenance = obj.get("provenance")
+    if provenance is None:
+        provenance = {}
+    if not isinstance(provenance, dict):
+        raise TrainingError(f"{where}: 'provenance' must be an object, not {type(provenance).__name__}")
+    return TrainingRow(messages=tuple(obj["messages"]), tools=tuple(tools), provenance=dict(provenance))
 
 
 def load_rows(source: str | Path | Iterable[TrainingRow | dict[str, Any]]) -> list[TrainingRow]:
@@ -109,9 +114,14 @@ def load_rows(source: str | Path | Iterable[TrainingRow | dict[str, Any]]) -> li
     if isinstance(source, (str, Path)):
         path = Path(source)
         try:
-            lines = path.read_text().splitlines()
+            raw = path.read_bytes()
         except OSError as e:
-            raise TrainingError(f"cannot read rows file {str(path)!r}: {e.strerror}") from None
+            raise TrainingError(f"cannot read rows file {str(path)!r}: {e.strerror or e}") from None
+        try:
+            lines = raw.decode("utf-8").split("\n")
+        except UnicodeDecodeError as e:
+            line_no = raw[: e.start].count(b"\n") + 1
+            raise TrainingError(f"{path}:{line_no}: not UTF-8 text (byte {e.start})") from None
         rows = []
         for n, line in enumerate(lines, 1):
             if not line.strip():
@@ -120,6 +130,8 @@ def load_rows(source: str | Path | Iterable[TrainingRow | dict[str, Any]]) -> li
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise TrainingError(f"{path}:{n}: not JSON ({e.msg})") from None
+            except (ValueError, RecursionError) as e:  # e.g. a number too long to convert, nesting too deep
+                raise TrainingError(f"{path}:{n}: not usable JSON ({type(e).__name__})") from None
             rows.append(_row_from_json(obj, f"{path}:{n}"))
     else:
         rows = [

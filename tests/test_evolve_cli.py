@@ -19,8 +19,9 @@ ARGS = ["--family", "iot", "--model", "synthetic/weak", "--proposer", "synthetic
 
 
 def coevolve(*args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], env=env, stdout=subprocess.PIPE,
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    cli = "import sys; from cluster.cli import app; sys.exit(app(prog_name='coevolve'))"  # as the console script
+    return subprocess.Popen([sys.executable, "-c", cli, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
                             start_new_session=True, **kw)
 

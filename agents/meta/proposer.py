@@ -60,6 +60,8 @@ def parse_response(text: str, harness: Harness) -> list[Proposal]:
         obj = json.loads(match.group(0))
     except json.JSONDecodeError as e:
         return [Proposal(None, None, f"answer is not valid JSON: {e.msg}", text)]
+    except (ValueError, RecursionError) as e:  # an integer past Python's digit limit, nesting too deep
+        return [Proposal(None, None, f"answer is not usable JSON: {type(e).__name__}", text)]
     edits = obj.get("edits") if isinstance(obj, dict) else None
     if not isinstance(edits, list):
         return [Proposal(None, None, "answer has no 'edits' list", obj)]
