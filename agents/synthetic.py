@@ -436,7 +436,10 @@ def respond(
     tools: list[dict[str, Any]],
     seed: int = 0,
     adapter: dict[str, Any] | None = None,
+    adapter_id: str | None = None,
 ) -> SyntheticReply:
+    """One reply of `synthetic/<model>[@adapter_id]`. The adapter is part of the model's identity, so it
+    samples differently from its base (as different weights would), not with common random numbers."""
     from agents.synthetic_roles import answer, role_of
 
     profile = profile_for(model, adapter)
@@ -450,7 +453,7 @@ def respond(
     elif profile.name == "judge":
         raise ValueError("synthetic/judge answers the judge's prompts only")
     else:
-        reply = SyntheticPolicy(profile).respond(messages, tools, seed, model)
+        reply = SyntheticPolicy(profile).respond(messages, tools, seed, f"{model}@{adapter_id}" if adapter_id else model)
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token
     return replace(reply, cost_usd=cost)
 

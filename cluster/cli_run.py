@@ -74,6 +74,7 @@ def run_cmd(
             if not m.startswith("vllm/"):  # a vLLM model is served by the run's own serve config
                 validate_model(m)
         run_id = st.create_run("coevolve", profile.model_dump())
+        st.update_run(run_id, status="pending")  # the meta-agent actor, not this client, owns the run
     started_head = False
     if profile.address:
         address = profile.address
@@ -267,8 +268,8 @@ def _snapshot(run_id: str | None) -> list[Any]:
             continue
         try:
             status = ray.get(actor.status.remote(), timeout=10)
-        except Exception:  # noqa: BLE001 — a dying actor is shown as such
-            continue
+        except (ray.exceptions.RayError, TimeoutError) as e:  # a dying actor: show what is known
+            status = {"run_id": rid, "stage": f"unreachable ({type(e).__name__})"}
         out.append(_panel(status))
         pools = status.get("pools") or {}
         if pools:

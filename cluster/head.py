@@ -62,7 +62,7 @@ def ensure_local_head(store: Path, num_cpus: int | None = None) -> tuple[str, bo
            "--disable-usage-stats"]
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"could not start a local Ray head: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
     address = f"127.0.0.1:{port}"

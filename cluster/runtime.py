@@ -51,13 +51,14 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_dr
         os.environ.setdefault(k, v)
     apply_serve_env_defaults()  # Serve's timeouts are read from the environment its processes inherit
     _token_auth(address)
-    if address is None:
+    local = address is None or is_loopback(address)  # this machine's own Ray (e.g. coevolve run's head)
+    if local:
         _loopback_only()
     project_root = str(Path(__file__).resolve().parent.parent)
     # Never the token nor any key: runtime_env is recorded in the GCS and shown by Ray's tools.
     env_vars = {k: os.environ[k] for k in _DEFAULT_ENV if k in os.environ}
     runtime_env = {"env_vars": env_vars}
-    if address is not None:
+    if not local:
         # Workers on a remote cluster may not have the project installed: ship the code.
         runtime_env["working_dir"] = project_root
         runtime_env["excludes"] = [".venv", ".git", ".coevolve", "*.safetensors", ".env", "*.env"]  # no secrets files
@@ -73,6 +74,12 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_dr
     if address is None:
         _check_loopback()
     log.info("ray started" if address is None else "ray attached", address=address or "local")
+
+
+def is_loopback(address: str) -> bool:
+    """An address of this machine's loopback (`127.0.0.1:PORT`, `localhost:PORT`)."""
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    return host in (LOOPBACK, "localhost", "::1")
 
 
 class RayAuthError(ValueError):

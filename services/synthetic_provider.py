@@ -50,7 +50,7 @@ class SyntheticLLM(CustomLLM):
         seed = int(optional_params.get("seed") or 0)
         try:
             adapter = load_synthetic_adapter(adapter_id) if adapter_id else None
-            reply = respond(name, messages, tools, seed=seed, adapter=adapter)
+            reply = respond(name, messages, tools, seed=seed, adapter=adapter, adapter_id=adapter_id or None)
         except ValueError as e:  # an unknown model or adapter, a role it cannot play: not a transport fault
             raise litellm.BadRequestError(message=str(e), model=model, llm_provider="coevolve_synthetic") from None
         m = reply.message
