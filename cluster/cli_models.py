@@ -133,13 +133,19 @@ def serve(
 
 
 def _pid_alive(pid: Any) -> bool:
+    """The process runs: it exists and is not a zombie (an exited server whose parent, say a test or a
+    supervisor that waits on it later, has not reaped it yet is stopped)."""
     if not isinstance(pid, int):
         return False
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no procfs (macOS): signal 0 is all we know
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 @serve_app.command("status")

@@ -63,7 +63,9 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_dr
         runtime_env["working_dir"] = project_root
         runtime_env["excludes"] = [".venv", ".git", ".coevolve", "*.safetensors", ".env", "*.env"]  # no secrets files
     ray.init(
-        address=address,
+        # "local": a new embedded node, never a cluster found in /tmp/ray/ray_current_cluster (a
+        # `coevolve run` head, or a dead one that would hang the connect)
+        address=address or "local",
         num_cpus=num_cpus if address is None else None,
         include_dashboard=False,
         _node_ip_address=LOOPBACK if address is None else None,

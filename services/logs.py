@@ -222,6 +222,20 @@ def quiet_serve_driver() -> None:
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
 
 
+@contextmanager
+def root_logger_kept() -> Iterator[None]:
+    """Undo, when the block ends, what an import does to the root logger: Ray Serve LLM's import
+    replaces its handlers with Ray's JSON one at INFO, after which every library's INFO record (and
+    litellm's, whose objects that formatter cannot encode) is printed on this process's stderr."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def utc_now() -> str:
     """Now, in the form structlog's JSON lines carry (`2026-01-31T12:00:00.123456Z`)."""
     return _iso(time.time())

@@ -189,10 +189,21 @@ def _resolve_source(source: str) -> str:
     return str(p.resolve()) if p.exists() else source
 
 
+def import_serve_llm() -> Any:
+    """`services._serve_llm` (and so `ray.serve.llm`), imported without Ray Serve LLM's logging set-up
+    taking over this process's root logger."""
+    from services.logs import root_logger_kept
+
+    with root_logger_kept():
+        import services._serve_llm as module
+    return module
+
+
 def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
+    serve_llm = import_serve_llm()
     from ray.serve.llm import LLMConfig
 
-    from services._serve_llm import LOCAL_PREFIX, LocalLoraLLMServer
+    LOCAL_PREFIX, LocalLoraLLMServer = serve_llm.LOCAL_PREFIX, serve_llm.LocalLoraLLMServer
 
     out = []
     lora_root = f"{LOCAL_PREFIX}{Path(adapters_dir).resolve()}"
@@ -233,9 +244,8 @@ def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
 
 def build_app(config: ServeConfig, adapters_dir: str | Path) -> Any:
     """The Ray Serve application: `build_openai_app` over one LLMConfig per model."""
+    LocalLoraIngress = import_serve_llm().LocalLoraIngress
     from ray.serve.llm import build_openai_app
-
-    from services._serve_llm import LocalLoraIngress
 
     Path(adapters_dir).mkdir(parents=True, exist_ok=True)
     args: dict[str, Any] = {

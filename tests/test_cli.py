@@ -46,9 +46,13 @@ def test_eval_json_and_store(evaluated):
 
 def test_eval_table_output(evaluated):
     store, _ = evaluated
+    r = invoke("eval", "--family", "iot", "--n", 3, "--model", "synthetic/expert", "--json", "--store", store)
+    assert r.exit_code == 0
+    got = json.loads(r.stdout.strip().splitlines()[-1])
     r = invoke("eval", "--family", "iot", "--n", 3, "--model", "synthetic/expert", "--store", store)
     assert r.exit_code == 0
-    assert "pass rate" in r.stdout and "100.0%" in r.stdout
+    lo, hi = got["ci95"]  # the table shows the figures the JSON holds
+    assert "pass@1 [95% CI]" in r.stdout and f"{got['pass_at_1']:.1%} [{lo:.0%}, {hi:.0%}]" in r.stdout, r.stdout
 
 
 def test_harness_commands(evaluated):

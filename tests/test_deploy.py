@@ -481,10 +481,11 @@ def test_rayservice_llm_configs_equal_what_coevolve_serve_builds():
     from deploy/serve/gpu.yaml (the slow part: importing ray.serve.llm)."""
     if importlib.util.find_spec("vllm") is None:  # find, don't import (~20 s)
         pytest.skip("vllm is not installed (pip install -e '.[vllm]')")
+    from services.serving import import_serve_llm, llm_configs
+
+    import_serve_llm()
     from ray.serve.llm import LLMServingArgs
     from ray.serve.schema import ServeDeploySchema
-
-    from services.serving import llm_configs
 
     serve = _serve_app()
     ServeDeploySchema.model_validate(serve)

@@ -128,7 +128,7 @@ def test_finish_checklist_holds_the_first_finish_and_weak_then_heeds_the_constra
         trajs = [t for seed in range(3) for t in rollout_all(insts, h, "synthetic/weak", seed=seed)]
         return trajs, sum("peak" in uploads(t)[-1] for t in trajs if uploads(t)) / len(trajs)
 
-    before, rate_before = with_peak(base)
+    _, rate_before = with_peak(base)
     _, rate_generic = with_peak(generic)
     after, rate_after = with_peak(stating)
     assert rate_before < 0.5  # the weak mostly skips the constraint

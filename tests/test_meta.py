@@ -8,9 +8,9 @@ import pytest
 
 from agents.executor import Completion
 from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from agents.usage import edit_usage
 from agents.meta.acceptance import PairedResult, SignTest, sign_test_p
 from agents.meta.proposer import parse_response, proposer_messages
+from agents.usage import edit_usage
 from harness_store.store import HarnessStore
 from harness_store.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
 from tasks import get_family

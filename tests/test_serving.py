@@ -82,11 +82,18 @@ def test_bad_serve_config_is_one_clear_error(tmp_path):
 
 def test_local_lora_filesystem_patch(tmp_path):
     """The one private Ray function we extend: `pyarrow-file://` must map to the local filesystem."""
+    import logging
+
     import pyarrow.fs as pa_fs
+
+    from services.serving import import_serve_llm
+
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    import_serve_llm()  # installs the patch; Ray Serve LLM's logging set-up leaves our root logger alone
+    assert (list(root.handlers), root.level) == before
     from ray.llm._internal.common.utils.cloud_filesystem.pyarrow_filesystem import PyArrowFileSystem
     from ray.llm._internal.common.utils.cloud_utils import CloudFileSystem
-
-    import services._serve_llm  # noqa: F401 - installs the patch
 
     (tmp_path / "a1").mkdir()
     (tmp_path / "a1" / "adapter_config.json").write_text('{"r": 8}')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agents.report import recorded_causes
 from agents.synthetic import learn_adapter, profile_for
 from services.training import train_adapter
 from tasks import get_family
@@ -62,8 +63,8 @@ def test_batched_style_without_capacity_fails_by_planning_and_a_stepwise_prompt_
     val = IOT.generate("val", 30)
     h = IOT.baseline_harness()
     imitated = rollout_all(val, h, "synthetic/weak@imitated")
-    assert any(c["category"] == "planning" for t in imitated for c in t.causes)
+    assert any(c["category"] == "planning" for t in imitated for c in recorded_causes(t))
     stepwise = apply_edit(h, HarnessEdit((SetSection("planning", "Make one tool call per turn."),)))
     repaired = rollout_all(val, stepwise, "synthetic/weak@imitated")
-    assert not any(c["category"] == "planning" for t in repaired for c in t.causes)
+    assert not any(c["category"] == "planning" for t in repaired for c in recorded_causes(t))
     assert pass_rate(repaired) > pass_rate(imitated)
