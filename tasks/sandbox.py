@@ -93,6 +93,18 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import PurePosixPath
 
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, mode: str = "exec") -> ast.AST:
+    """`ast.parse`, one thread at a time. Graders and sandbox readers run on the executor's tool threads,
+    and CPython before 3.11.8 keeps the AST constructor's recursion depth per interpreter (gh-106905):
+    two threads building AST objects at once fail with "SystemError: AST constructor recursion depth
+    mismatch". Every parse of this project goes through here (`ast.literal_eval` parses too)."""
+    with _AST_LOCK:
+        return ast.parse(source, mode=mode)
+
+
 MARK = "\x1esbx "  # prefix of the runner's result lines on stdout
 VIOLATION = "[sandbox-violation] "
 NOBODY = 65534
@@ -908,7 +920,7 @@ def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) 
             plain.append(line)
             continue
         try:
-            tid, outcome, message = ast.literal_eval(line[len(MARK) :])
+            tid, outcome, message = ast.literal_eval(parse_python(line[len(MARK) :], mode="eval"))
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             continue
         if tid == "<end>":

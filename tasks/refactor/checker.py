@@ -13,7 +13,6 @@ why an instance was built the way it was.
 from __future__ import annotations
 
 import ast
-import threading
 
 from harness_store.values import Outcome
 from tasks import sandbox
@@ -36,17 +35,6 @@ BANNED_ATTRS = frozenset(
 )
 SHOWN = 5  # items a reason lists before "and N more"
 HIDDEN_TESTS = "tests/test_hidden_checks.py"
-
-
-_PARSE_LOCK = threading.Lock()
-
-
-def _parse(source: str) -> ast.Module:
-    """`ast.parse`, one thread at a time: graders run on the executor's tool threads, and CPython 3.11's
-    AST conversion keeps its recursion depth per interpreter, so two threads parsing at once can fail
-    with "SystemError: AST constructor recursion depth mismatch" (gh-106905, fixed in 3.11.8)."""
-    with _PARSE_LOCK:
-        return ast.parse(source)
 
 
 def _listing(items: list[str], n: int = SHOWN) -> str:
@@ -90,7 +78,7 @@ def _norm_dump(stmts: list[ast.stmt]) -> str:
         def visit_Name(self, node: ast.Name) -> ast.AST:
             return ast.copy_location(ast.Name(id="_", ctx=ast.Load()), node)
 
-    return "|".join(ast.dump(N().visit(_parse(ast.unparse(s)))) for s in stmts)
+    return "|".join(ast.dump(N().visit(sandbox.parse_python(ast.unparse(s)))) for s in stmts)
 
 
 def _functions(tree: ast.AST | None) -> dict[str, ast.FunctionDef]:
@@ -150,7 +138,7 @@ def kind_requirements(w: RefactorWorld, files: dict[str, str], trees: dict[str, 
         for site in copies:
             fn = _functions(trees.get(site["module"])).get(site["name"])
             not_calling += fn is None or not _calls(fn, helper)
-        canon = _norm_dump(_parse(s["canon"].replace("\n    ", "\n").strip()).body)
+        canon = _norm_dump(sandbox.parse_python(s["canon"].replace("\n    ", "\n").strip()).body)
         k = s["block_len"]
         left: list[str] = []
         for p, t in sorted(trees.items()):
@@ -227,7 +215,7 @@ def tests_lost(w: RefactorWorld, files: dict[str, str], trees: dict[str, ast.AST
         elif p not in trees:
             problems.append(f"{p} does not parse")
         else:
-            gone = sorted(_test_names(_parse(canon[p]), w) - _test_names(trees[p], w))
+            gone = sorted(_test_names(sandbox.parse_python(canon[p]), w) - _test_names(trees[p], w))
             if gone:
                 problems.append(f"{p} lost {', '.join(gone)}")
     return problems
@@ -284,7 +272,7 @@ def check(env: RefactorEnv) -> Outcome:
     for p, text in sorted(files.items()):
         if p.endswith(".py"):
             try:
-                trees[p] = _parse(text)
+                trees[p] = sandbox.parse_python(text)
             except SyntaxError as e:
                 syntax.append(f"{p}:{e.lineno}: {e.msg}")
             except ValueError as e:
