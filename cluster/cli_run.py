@@ -188,6 +188,9 @@ def status_cmd(
     if as_json:
         _echo_json(status)
         return
+    if actor is None and status["stage"] in TERMINAL:  # a finished run: its result, not live counters
+        _print_final(status)
+        return
     from cluster.display import console
 
     console.print(_panel(status))
