@@ -97,12 +97,20 @@ _AST_LOCK = threading.Lock()
 
 
 def parse_python(source: str, mode: str = "exec") -> ast.AST:
-    """`ast.parse`, one thread at a time. Graders and sandbox readers run on the executor's tool threads,
-    and CPython before 3.11.8 keeps the AST constructor's recursion depth per interpreter (gh-106905):
-    two threads building AST objects at once fail with "SystemError: AST constructor recursion depth
-    mismatch". Every parse of this project goes through here (`ast.literal_eval` parses too)."""
-    with _AST_LOCK:
-        return ast.parse(source, mode=mode)
+    """`ast.parse` that survives CPython 3.11.7's AST race. Before 3.11.8 the AST constructor keeps its
+    recursion depth per interpreter (gh-106905), so a parse that overlaps another thread's (ours run on
+    the executor's tool threads; Python's traceback formatting parses source lines to place its carets)
+    can fail with "SystemError: AST constructor recursion depth mismatch". Ours go one at a time and a
+    parse that lost the race is repeated: the depth is reset at the start of every parse."""
+    for attempt in range(8):
+        with _AST_LOCK:
+            try:
+                return ast.parse(source, mode=mode)
+            except SystemError as e:
+                if "recursion depth mismatch" not in str(e) or attempt == 7:
+                    raise
+        time.sleep(0.001 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 MARK = "\x1esbx "  # prefix of the runner's result lines on stdout

@@ -555,3 +555,24 @@ def test_bad_paths_are_refused():
         sandbox.run_python({"../x.py": "print(1)\n"}, "../x.py")
     with pytest.raises(sandbox.SandboxError):
         sandbox.run_tests({"/abs.py": ""}, ["/abs.py"])
+
+
+def test_a_parse_that_lost_the_ast_race_is_repeated_and_other_errors_are_not(monkeypatch):
+    """CPython 3.11.7's AST constructor raises a spurious SystemError when two threads parse at once."""
+    import ast
+
+    from tasks.sandbox import parse_python
+
+    real, calls = ast.parse, []
+
+    def racing(source, mode="exec"):
+        calls.append(source)
+        if len(calls) < 3:
+            raise SystemError("AST constructor recursion depth mismatch (before=30, after=33)")
+        return real(source, mode=mode)
+
+    monkeypatch.setattr(ast, "parse", racing)
+    assert isinstance(parse_python("x = 1"), ast.Module) and len(calls) == 3
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: (_ for _ in ()).throw(SystemError("something else")))
+    with pytest.raises(SystemError, match="something else"):
+        parse_python("x = 1")
