@@ -102,5 +102,5 @@ def test_monitor_from_another_process_shows_every_role_and_a_killed_meta_agent_r
     again = coevolve("run", "--resume", run_id, "--store", str(store))
     assert again.returncode == 2 and "done" in again.stderr  # a finished run is never resumed
     if finals(store) != expected:  # same final harness and adapter ids as the uninterrupted run
-        pytest.xfail("known bug: the correction set rebuilt after the kill differs from the uninterrupted run's "
-                     "(same harness, same row count, other rows), so the adapter and what follows differ")
+        pytest.xfail("known bug: correction rows name their source trajectory by a content id that hashes turn "
+                     "latencies, so the dataset and adapter ids (the adapter's sampling identity) differ between runs")
