@@ -185,16 +185,29 @@ class DatasetBuilder:
         return rows, self._stats(rows, student, expert_runs)
 
     def _corrections(self, failures: list[Trajectory], limit: int) -> list[TrainingRow]:
-        """Corrected rows until `limit`, working through the failures in order, `concurrency` at once."""
-        rows = [TrainingRow.from_json(self.done[t.id]) for t in failures if self.done.get(t.id) is not None]
-        todo = [t for t in failures if t.id not in self.done]
+        """Corrected rows until `limit`, working through the failures in order, `concurrency` at once.
+
+        The failures are taken in fixed chunks and each chunk's rows are assembled in failure order,
+        whether a failure was corrected now or found in `done` (a resumed build): a build resumed after
+        a crash yields the same rows in the same order, hence the same dataset id, as one that ran
+        through."""
         chunk = self.cfg.concurrency * 2
+        rows: list[TrainingRow] = []
         with ThreadPoolExecutor(self.cfg.concurrency) as pool:
-            for start in range(0, len(todo), chunk):
+            for start in range(0, len(failures), chunk):
                 if len(self._kept(rows)) >= limit:
                     break
-                rows += [r for r in pool.map(self._correct, todo[start : start + chunk]) if r is not None]
-                self._progress(len(self._kept(rows)), start + chunk, len(todo))
+                part = failures[start : start + chunk]
+                todo = [t for t in part if t.id not in self.done]
+                fresh = dict(zip((t.id for t in todo), pool.map(self._correct, todo), strict=True))
+                for t in part:
+                    if t.id in fresh:
+                        row = fresh[t.id]
+                    else:
+                        row = TrainingRow.from_json(self.done[t.id]) if self.done[t.id] is not None else None
+                    if row is not None:
+                        rows.append(row)
+                self._progress(len(self._kept(rows)), start + len(part), len(failures))
         return self._kept(rows)[:limit]
 
     def _kept(self, rows: list[TrainingRow]) -> list[TrainingRow]:

@@ -255,9 +255,12 @@ class Trajectory:
 
     @property
     def id(self) -> str:
+        """The content id of what happened: every field but the turns' wall-clock latencies, so a
+        rollout replayed with the same instance, harness, model and seed has the same id in every run
+        (correction rows cite it, and dataset and adapter ids are derived from those rows)."""
         from harness_store.codec import content_id
 
-        return content_id(self)
+        return content_id(replace(self, turns=tuple(replace(t, latency_s=0.0) for t in self.turns)))
 
     def public_view(self) -> Trajectory:
         """The trajectory as a role may see it: everything but the ground truth."""

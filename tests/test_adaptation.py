@@ -184,6 +184,26 @@ def test_the_judge_and_the_expert_never_receive_the_answer_key(weak_failures):
         assert answer_key_leaks(text, FAM) == []
 
 
+def test_a_build_resumed_from_its_journal_gives_the_same_rows_in_the_same_order(built):
+    _, student, evaluator = built["correction"]
+    judge = Judge("synthetic/judge", proposer_complete)
+    expert = ExpertRewriter("synthetic/expert", proposer_complete, FAM.handbook)
+    cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=24, samples=3,
+                      concurrency=2)
+    journal: dict[str, dict | None] = {}
+    through = DatasetBuilder(cfg, H, FAM.generate("train"), local_services(evaluator, judge, expert),
+                             journal=lambda kind, p: journal.setdefault(p["trajectory"], p["row"]))
+    expected, _ = through.build(student)
+    # a crash mid-build leaves some failures handled, not necessarily a prefix (they run concurrently)
+    done = {tid: row for i, (tid, row) in enumerate(journal.items()) if i % 3 != 1}
+    redone: list[str] = []
+    resumed = DatasetBuilder(cfg, H, FAM.generate("train"), local_services(evaluator, judge, expert),
+                             journal=lambda kind, p: redone.append(p["trajectory"]), done=done)
+    rows, _ = resumed.build(student)
+    assert len(done) < len(journal) and not set(redone) & set(done)  # finished work is not redone
+    assert [r.to_json() for r in rows] == [r.to_json() for r in expected]
+
+
 # ------------------------------------------------------------------ actor loss during a build
 def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tmp_path):
     import threading

@@ -50,6 +50,7 @@ def test_same_seed_same_inputs_identical_trajectories():
     strip = [dataclasses.replace(t, turns=tuple(dataclasses.replace(r, latency_s=0) for r in t.turns)) for t in a]
     strip_b = [dataclasses.replace(t, turns=tuple(dataclasses.replace(r, latency_s=0) for r in t.turns)) for t in b]
     assert [encode(t) for t in strip] == [encode(t) for t in strip_b]
+    assert [t.id for t in a] == [t.id for t in b]  # the id names what happened, not how long it took
     c = rollout_all(insts, h, "synthetic/weak", seed=8)
     assert [t.messages for t in a] != [t.messages for t in c]  # the seed matters
 
