@@ -246,6 +246,18 @@ def _snapshot(run_id: str | None) -> list[Any]:
     from services import meta_agent
 
     actors = ray._private.state.actors()  # the GCS's actor table: works without the dashboard
+    runs = [run_id] if run_id else [n[len("meta-"):] for n in (a.get("Name") or "" for a in actors.values()
+                                                             if a.get("State") != "DEAD") if n.startswith("meta-")]
+    statuses = []
+    for rid in runs:
+        actor = meta_agent.find(rid)
+        if actor is None:
+            continue
+        try:
+            statuses.append(ray.get(actor.status.remote(), timeout=10))
+        except (ray.exceptions.RayError, TimeoutError) as e:  # a dying actor: show what is known
+            statuses.append({"run_id": rid, "stage": f"unreachable ({type(e).__name__})"})
+    work = {aid: w for st in statuses for pool in (st.get("pools") or {}).values() for aid, w in pool.get("actors", {}).items()}
     rows = []
     for a in actors.values():
         cls = (a.get("ActorClassName") or "").split(".")[-1]
@@ -255,32 +267,27 @@ def _snapshot(run_id: str | None) -> list[Any]:
             role = "judge" if name.startswith("judge") else "expert" if name.startswith("expert") else role
         if role is None or a.get("State") == "DEAD":
             continue
+        w = work.get(a.get("ActorID", ""), {})  # what the run's pools sent it (none for other actors)
         rows.append((role, name or a.get("ActorID", "")[:12], a.get("State", "?"), a.get("NumRestarts", 0),
+                     w.get("in_flight", "-"), w.get("done", "-"), w.get("per_s", "-"),
                      (a.get("Address") or {}).get("NodeID", "")[:8], a.get("Pid", "")))
     t = Table(title="actors by role")
-    for col in ("role", "actor", "state", "restarts", "node", "pid"):
+    t.add_column("role", no_wrap=True, min_width=max((len(r[0]) for r in rows), default=4))  # never cut: narrow terminals cut others
+    for col in ("actor", "state", "restarts", "in flight", "done", "calls/s", "node", "pid"):
         t.add_column(col)
-    for r in sorted(rows):
+    for r in sorted(rows, key=lambda r: (r[0], r[1])):
         t.add_row(*(str(x) for x in r))
     out: list[Any] = [t]
-    runs = [run_id] if run_id else [n[len("meta-"):] for n in (a.get("Name") or "" for a in actors.values()
-                                                             if a.get("State") != "DEAD") if n.startswith("meta-")]
-    for rid in runs:
-        actor = meta_agent.find(rid)
-        if actor is None:
-            continue
-        try:
-            status = ray.get(actor.status.remote(), timeout=10)
-        except (ray.exceptions.RayError, TimeoutError) as e:  # a dying actor: show what is known
-            status = {"run_id": rid, "stage": f"unreachable ({type(e).__name__})"}
+    for status in statuses:
         out.append(_panel(status))
         pools = status.get("pools") or {}
         if pools:
             p = Table(title="pools")
-            for col in ("pool", "actors", "replacements"):
+            for col in ("pool", "actors", "in flight", "queued", "replacements"):
                 p.add_column(col)
             for name, v in pools.items():
-                p.add_row(name, str(v["actors"]), str(v["replacements"]))
+                in_flight = sum(w["in_flight"] for w in v.get("actors", {}).values())
+                p.add_row(name, str(len(v.get("actors", {}))), str(in_flight), str(v.get("queued", 0)), str(v["replacements"]))
             out.append(p)
     return out
 

@@ -82,7 +82,8 @@ class MetaAgent:
         return True
 
     def status(self) -> dict[str, Any]:
-        pools = {name: {"actors": len(p.actors), "replacements": p.replacements} for name, p in list(self.pools.items())}
+        pools = {name: {"actors": len(p.actors), "replacements": p.replacements, **p.load.as_json(list(p.actors))}
+                 for name, p in list(self.pools.items())}
         return {**self.state, "work": self.meter.as_json(), "pools": pools, "alive": bool(self.thread and self.thread.is_alive())}
 
     def stop(self) -> bool:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +72,58 @@ def wait_ready(actors: list[Any], what: str, cpus_each: float, timeout_s: float 
             f"{free:g} free. Use fewer workers, or more time for a cluster that is still scaling up (${READY_TIMEOUT_ENV})"
         )
     ray.get(done)  # an actor whose constructor failed raises here
+
+
+class Load:
+    """A pool's work as `coevolve monitor` shows it: per actor, the calls in flight and those finished
+    (with their rate since the pool started), and the jobs queued in the pool, not yet sent to any actor."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight: Counter[str] = Counter()
+        self._done: Counter[str] = Counter()
+        self.queued = 0
+        self._started = time.monotonic()
+
+    def enqueue(self, n: int) -> None:
+        with self._lock:
+            self.queued += n
+
+    def send(self, actor: Any, *, from_queue: bool = False) -> None:
+        with self._lock:
+            self._in_flight[actor_id(actor)] += 1
+            self.queued -= from_queue
+
+    def back(self, actor: Any, *, ok: bool = True) -> None:
+        with self._lock:
+            key = actor_id(actor)
+            self._in_flight[key] -= 1
+            self._done[key] += ok
+
+    @contextmanager
+    def working(self, actor: Any) -> Iterator[None]:
+        """One call on `actor`: in flight inside the block, finished if the block returns."""
+        self.send(actor)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.back(actor, ok=ok)
+
+    def as_json(self, actors: Sequence[Any]) -> dict[str, Any]:
+        with self._lock:
+            elapsed = max(time.monotonic() - self._started, 1e-9)
+            per_actor = {
+                key: {"in_flight": self._in_flight[key], "done": self._done[key], "per_s": round(self._done[key] / elapsed, 3)}
+                for key in map(actor_id, actors)
+            }
+            return {"queued": self.queued, "actors": per_actor}
+
+
+def actor_id(actor: Any) -> str:
+    """The hex id Ray's actor table lists an actor handle under."""
+    return actor._actor_id.hex()
 
 
 @dataclass(frozen=True)
@@ -144,6 +199,7 @@ class RolloutPool:
         self._turn = 0
         self._lock = threading.RLock()
         self._nodes: dict[Any, Any] = {}  # actor -> ref to its node id
+        self.load = Load()
         self.actors = [self._spawn() for _ in range(workers)]
         wait_ready(self.actors, describe("rollout", self.resources), num_cpus, ready_timeout_s)
 
@@ -183,12 +239,15 @@ class RolloutPool:
         pending: dict[Any, tuple[int, Any]] = {}  # ref -> (job index, actor)
         next_actor = 0
 
-        def submit(i: int) -> None:
+        def submit(i: int, *, again: bool = False) -> None:
             nonlocal next_actor
             actor = self.actors[next_actor % len(self.actors)]
             next_actor += 1
             inst, href, model, seed = payloads[i]
             pending[actor.rollout.remote(inst, href, model, seed)] = (i, actor)
+            self.load.send(actor, from_queue=not again)
+
+        self.load.enqueue(len(jobs))
 
         queue = iter(range(len(jobs)))
         for i in queue:
@@ -205,9 +264,11 @@ class RolloutPool:
                     try:
                         traj = decode(ray.get(ref))
                     except RESULT_LOST as e:
+                        self.load.back(actor, ok=False)
                         self._replace(actor, e)
-                        submit(i)
+                        submit(i, again=True)
                         continue
+                    self.load.back(actor)
                     results[i] = traj
                     done += 1
                     next_job = next(queue, None)
@@ -220,6 +281,9 @@ class RolloutPool:
         finally:
             if bar:
                 bar.close()
+            for i, actor in pending.values():  # a batch given up (an error above): nothing of it is in flight now
+                self.load.back(actor, ok=False)
+            self.load.enqueue(-sum(r is None for r in results) + len(pending))
         return [r for r in results if r is not None]
 
     def replay(self, traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
@@ -230,7 +294,8 @@ class RolloutPool:
                 actor = self.actors[self._turn % len(self.actors)]
                 self._turn += 1
             try:
-                return decode(ray.get(actor.replay.remote(*payload)))
+                with self.load.working(actor):
+                    return decode(ray.get(actor.replay.remote(*payload)))
             except RESULT_LOST as e:
                 self._replace(actor, e)
 

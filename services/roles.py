@@ -23,7 +23,7 @@ from agents.judge import RoleUsage
 from harness_store.codec import decode, encode
 from harness_store.values import FailureLocus, Harness, Trajectory
 from services.logs import configure_logging
-from services.pool import ACTOR_LOST, RolloutPool, describe, placement_resources, wait_ready
+from services.pool import ACTOR_LOST, Load, RolloutPool, describe, placement_resources, wait_ready
 
 log = structlog.get_logger(role="roles")
 ROLES = ("judge", "expert")
@@ -94,6 +94,7 @@ class RolePool:
         self.max_replacements = max_replacements
         self.replacements = 0
         self._lock = threading.Lock()
+        self.load = Load()
         self.actors = [self._spawn() for _ in range(workers)]
         wait_ready(self.actors, describe(role, self.resources), num_cpus, ready_timeout_s)
         self._next = itertools.count()
@@ -113,7 +114,8 @@ class RolePool:
             with self._lock:
                 actor = self.actors[next(self._next) % len(self.actors)]
             try:
-                return ray.get(getattr(actor, method).remote(*args))
+                with self.load.working(actor):
+                    return ray.get(getattr(actor, method).remote(*args))
             except ACTOR_LOST as e:
                 self._replace(actor, e)
 

@@ -27,6 +27,23 @@ def test_pool_results_in_submission_order_and_equal_to_in_process(ray_session):
     assert [t.passed for t in trajs] == [t.passed for t in local]
 
 
+def test_the_pools_load_counts_queued_in_flight_and_finished_rollouts_per_actor(ray_session):
+    insts = FAM.generate("val", 16)
+    h = FAM.baseline_harness()
+    pool = RolloutPool(2, env={"COEVOLVE_SYNTHETIC_LATENCY_MS": "20"})
+    seen = []
+    try:
+        pool.run([RolloutJob(i, h, "synthetic/weak", 0) for i in insts], max_in_flight=4,
+                 on_result=lambda i, t: seen.append(pool.load.as_json(pool.actors)))
+        final = pool.load.as_json(pool.actors)
+    finally:
+        pool.shutdown()
+    first = seen[0]  # one came back: three still out, 12 queued, one sent in its place
+    assert first["queued"] == 11 and sum(w["in_flight"] for w in first["actors"].values()) == 4
+    assert final["queued"] == 0 and all(w["in_flight"] == 0 for w in final["actors"].values())
+    assert sorted(w["done"] for w in final["actors"].values()) == [8, 8] and all(w["per_s"] > 0 for w in final["actors"].values())
+
+
 def test_killing_an_actor_mid_batch_loses_no_rollout(ray_session):
     insts = FAM.generate("val", 30)
     h = FAM.baseline_harness()
