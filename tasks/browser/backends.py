@@ -3,20 +3,21 @@ a real headless Chromium driven by Playwright against the app served over HTTP o
 
 The tools (in `tasks.browser.env`) validate against the session's DOM and then call one of the
 session's primitive operations, so both backends give the same observations for the same actions.
-Playwright's sync API runs in one dedicated thread per `ChromiumBrowser` (it refuses to run inside an
-asyncio loop, and the executor calls tools from one); every call is marshalled to that thread.
+Playwright's async API runs on an event loop in one dedicated thread per `ChromiumBrowser`; a caller
+(one of the executor's tool threads) hands it a coroutine and waits for the result, so operations on
+different pages overlap in the one browser instead of queueing behind each other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import shutil
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
@@ -240,29 +241,38 @@ class ChromiumBrowser:
         exe = executable or chromium_executable()
         if exe is None:
             raise RuntimeError("no Chromium found: install Debian's `chromium` or set COEVOLVE_CHROMIUM")
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="chromium")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="chromium", daemon=True)
+        self._thread.start()
         self._pw: Any = None
         self._browser: Any = None
         self._free: list[tuple[Any, Any]] = []
         self._lock = threading.Lock()
         # pages handed back (possibly from a GC finalizer, which must neither block nor take locks):
-        # a deque append is atomic; the browser thread resets them before its next job
+        # a deque append is atomic; the next call resets them on the browser's loop first
         self._returned: deque[tuple[Any, Any]] = deque()
-        self.call(self._start, exe)
+        try:
+            self.call(self._start, exe)
+        except BaseException:
+            self._stop_loop()
+            raise
 
-    def _start(self, exe: str) -> None:
-        from playwright.sync_api import sync_playwright
+    async def _start(self, exe: str) -> None:
+        from playwright.async_api import async_playwright
 
-        self._pw = sync_playwright().start()
-        self._browser = self._pw.chromium.launch(executable_path=exe, headless=True, args=list(CHROMIUM_ARGS))
+        self._pw = await async_playwright().start()
+        self._browser = await self._pw.chromium.launch(executable_path=exe, headless=True, args=list(CHROMIUM_ARGS))
 
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
-        return self._pool.submit(self._on_browser_thread, fn, args).result(timeout=120)
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run `fn(*args)` (a coroutine) on the browser's loop and wait for its result."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("ChromiumBrowser.call from the browser's own loop would wait on itself")
+        return asyncio.run_coroutine_threadsafe(self._on_loop(fn, args), self._loop).result(timeout=120)
 
-    def _on_browser_thread(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    async def _on_loop(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
         while self._returned:
-            self._recycle(*self._returned.popleft())
-        return fn(*args)
+            await self._recycle(*self._returned.popleft())
+        return await fn(*args)
 
     def session(self, app: WebApp) -> ChromiumSession:
         return ChromiumSession(self, app)
@@ -273,46 +283,50 @@ class ChromiumBrowser:
             if self._free:
                 return self._free.pop()
 
-        def make() -> tuple[Any, Any]:
-            ctx = self._browser.new_context(java_script_enabled=True)
+        async def make() -> tuple[Any, Any]:
+            ctx = await self._browser.new_context(java_script_enabled=True)
             ctx.set_default_timeout(ACTION_TIMEOUT_MS)
-            return ctx, ctx.new_page()
+            return ctx, await ctx.new_page()
 
         return self.call(make)
 
     def release_page(self, ctx: Any, page: Any) -> None:
-        """Hand a page back; it is blanked and pooled (or closed) on the browser thread later."""
+        """Hand a page back; it is blanked and pooled (or closed) on the browser's loop later."""
         self._returned.append((ctx, page))
 
-    def _recycle(self, ctx: Any, page: Any) -> None:
+    async def _recycle(self, ctx: Any, page: Any) -> None:
         """Back to the pool, blank and without cookies; closed instead when broken or the pool is full."""
         if self._browser is None:
             return
         try:
-            page.goto("about:blank")
-            ctx.clear_cookies()
+            await page.goto("about:blank")
+            await ctx.clear_cookies()
         except Exception:  # noqa: BLE001 - a broken page is closed, not reused
-            ctx.close()
+            await ctx.close()
             return
         with self._lock:
             if len(self._free) < POOL_SIZE:
                 self._free.append((ctx, page))
                 return
-        ctx.close()
+        await ctx.close()
 
     def close(self) -> None:
-        def stop() -> None:
+        async def stop() -> None:
             self._free.clear()
             if self._browser is not None:
-                self._browser.close()
+                await self._browser.close()
             if self._pw is not None:
-                self._pw.stop()
+                await self._pw.stop()
             self._browser = self._pw = None
 
         try:
             self.call(stop)
         finally:
-            self._pool.shutdown(wait=True)
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
 
 
 class ChromiumSession:
@@ -325,18 +339,23 @@ class ChromiumSession:
         self._finalizer = weakref.finalize(self, _close_session, browser, self._ctx, self._page, self.server)
         self.navigate("/")
 
-    def _run(self, fn: Callable[[Any], Any]) -> Any:
+    def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         return self.browser.call(fn, self._page)
 
-    def _after(self, response: Any) -> None:
-        self.status = response.status if response is not None else 200
-        self.url = path_of(self._run(lambda p: p.url))
+    def _load(self, act: Callable[[Any], Awaitable[Any]]) -> None:
+        """A page load: its HTTP status and where it ended (after redirects)."""
+        async def load(p: Any) -> tuple[int, str]:
+            response = await act(p)
+            return (response.status if response is not None else 200), p.url
+
+        self.status, url = self._run(load)
+        self.url = path_of(url)
 
     def dom(self) -> Node:
         return parse(self._run(lambda p: p.evaluate(SNAPSHOT_JS)))
 
     def navigate(self, target: str) -> None:
-        self._after(self._run(lambda p: p.goto(self.server.origin + target, wait_until="load")))
+        self._load(lambda p: p.goto(self.server.origin + target, wait_until="load"))
 
     @staticmethod
     def _sel(element_id: str) -> str:
@@ -351,13 +370,13 @@ class ChromiumSession:
     def toggle(self, element_id: str) -> None:
         self._run(lambda p: p.locator(self._sel(element_id)).click())
 
-    def _navigating(self, act: Callable[[Any], None]) -> None:
-        def go(p: Any) -> Any:
-            with p.expect_navigation(wait_until="load") as nav:
-                act(p)
-            return nav.value
+    def _navigating(self, act: Callable[[Any], Awaitable[Any]]) -> None:
+        async def go(p: Any) -> Any:
+            async with p.expect_navigation(wait_until="load") as nav:
+                await act(p)
+            return await nav.value
 
-        self._after(self._run(go))
+        self._load(go)
 
     def follow(self, element_id: str, href: str) -> None:
         self._navigating(lambda p: p.locator(self._sel(element_id)).click())

@@ -44,7 +44,7 @@ class BrowserEnv(TaskEnv):
             self.session: Session = TextSession(self.app)
         elif backend == "chromium":
             self.session = (browser or shared_chromium()).session(self.app)
-            # each of these waits on the browser thread (ChromiumBrowser.call); answer/finish do not
+            # each of these waits on the browser's loop (ChromiumBrowser.call); answer/finish do not
             self.blocking_tools = SESSION_TOOLS
         else:
             raise ValueError(f"unknown browser backend {backend!r} (text, chromium)")
