@@ -2,9 +2,9 @@
 
 The prompt comes from the harness; the tools are the harness tools the family's environment
 implements; hooks run around each tool call; the context policy is applied before every model call;
-the loop stops on finish or the turn limit; the checker scores the final service state. A failed
-rollout is data (its trajectory says why); only a model/transport error that outlasts the retries
-makes an `infra` trajectory, which is never counted as a task failure.
+the loop stops on finish, the turn limit or a context-window overflow; the checker scores the final
+service state. A failed rollout is data (its trajectory says why); only a model/transport error that
+outlasts the retries makes an `infra` trajectory, which is never counted as a task failure.
 
 Blocking work runs off the event loop, so that one slow tool does not stall the other rollouts of the
 same executor (an actor runs many at once): the environment's construction (it may open a browser
@@ -78,6 +78,12 @@ def openai_tool(t: ToolSpec) -> dict[str, Any]:
 
 class ModelUnavailable(RuntimeError):
     pass
+
+
+class ContextWindowExceeded(ModelUnavailable):
+    """The conversation outgrew the model's context window. The rollout ends there as a task failure:
+    the same model, harness and seed would overflow again, and a harness is expected to manage its
+    context (its context policy), so it is not an infra fault to be excused from the pass rate."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,9 @@ class Executor:
             else:
                 try:
                     comp = await self._complete(model, visible, tool_schemas, seed, log)
+                except ContextWindowExceeded as e:
+                    error, error_detail = "task", f"context window exceeded at turn {turn}: {e}"
+                    break
                 except ModelUnavailable as e:
                     error, error_detail = "infra", str(e)
                     break

@@ -29,6 +29,7 @@ class BuildRequest:
     harness: str  # harness ref: "baseline", an id, a prefix or an alias (e.g. iot:evolved)
     workers: int = 2
     address: str | None = None
+    in_flight: int | None = None  # most rollouts at once (None: all)
 
 
 def _harness(store_path: Path, ref: str, family: str):
@@ -53,6 +54,8 @@ def validate_build(req: BuildRequest, store_path: Path) -> Any:
         validate_model(m)
     if req.workers < 1:
         raise ValueError(f"--workers must be positive, got {req.workers}")
+    if req.in_flight is not None and req.in_flight < 1:
+        raise ValueError(f"--in-flight must be positive, got {req.in_flight}")
     return _harness(store_path, req.harness, cfg.family)
 
 
@@ -79,7 +82,7 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
     store.put_harness(harness, rationale="dataset build harness")
     done = {e.payload["trajectory"]: e.payload["row"] for e in store.events(run_id, "correction")}
     start_ray(req.address)
-    pool = RolloutPool(req.workers)
+    pool = RolloutPool(req.workers, max_in_flight=req.in_flight)
     judges = experts = None
     try:
         if cfg.arm == "correction":
@@ -143,8 +146,10 @@ def train_on(store_path: Path, dataset: str, base: str, backend: str, adapter_id
 
 
 def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, adapter_id: str, *, split: str = "test",
-                     repeats: int = 3, seed: int = 0, workers: int = 2, address: str | None = None) -> dict[str, Any]:
-    """The model with and without the adapter, same instances and seeds, pass@1 with 95% intervals."""
+                     n: int | None = None, repeats: int = 3, seed: int = 0, workers: int = 2,
+                     in_flight: int | None = None, address: str | None = None) -> dict[str, Any]:
+    """The model with and without the adapter, same instances (the split's first `n`, default all) and
+    seeds, pass@1 with 95% intervals."""
     from cluster.runtime import start_ray
     from harness_store.store import HarnessStore
     from services.pool import RolloutJob, RolloutPool
@@ -152,10 +157,10 @@ def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, ad
 
     store = HarnessStore(store_path, create=True)
     run_id = store.create_run("adapt-eval", {"family": family, "harness_id": harness.id, "model": model,
-                                             "adapter": adapter_id, "split": split, "repeats": repeats})
-    instances = get_family(family).generate(split)
+                                             "adapter": adapter_id, "split": split, "n": n, "repeats": repeats})
+    instances = get_family(family).generate(split, n)
     start_ray(address)
-    pool = RolloutPool(workers)
+    pool = RolloutPool(workers, max_in_flight=in_flight)
     try:
         rates = {}
         for label, m in (("base", model), ("adapted", f"{model}@{adapter_id}")):
@@ -166,7 +171,8 @@ def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, ad
         pool.shutdown()
     gain, ci = paired_difference(rates["base"], rates["adapted"])
     out = {
-        "run_id": run_id, "family": family, "split": split, "repeats": repeats, "harness_id": harness.id,
+        "run_id": run_id, "family": family, "split": split, "instances": len(instances), "repeats": repeats,
+        "harness_id": harness.id,
         "model": model, "adapter": adapter_id,
         **{label: {k: v for k, v in r.as_json().items() if k != "per_instance"} for label, r in rates.items()},
         "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)],

@@ -24,6 +24,8 @@ SamplesOpt = Annotated[int, typer.Option("--samples", help="rollouts per train i
 VerifiedOpt = Annotated[bool, typer.Option("--require-verified", help="keep only corrections whose replay passed")]
 WorkersOpt = Annotated[int, typer.Option("--workers", help="actors per pool")]
 AddressOpt = Annotated[str | None, typer.Option("--address", help="attach to a Ray cluster")]
+InFlightOpt = Annotated[int | None, typer.Option(
+    "--in-flight", help="most rollouts at once (default: all; e.g. the served model's batch size on a small server)")]
 
 
 class _Stage:
@@ -45,12 +47,13 @@ class _Stage:
 
 
 def _request(arm: str, family: str, harness: str, model: str, expert: str, judge: str, rows: int, k: int,
-             samples: int, require_verified: bool, seed: int, workers: int, address: str | None):
+             samples: int, require_verified: bool, seed: int, workers: int, address: str | None,
+             in_flight: int | None):
     from cluster.adapt import BuildRequest, build_config
 
     cfg = build_config(arm=arm, family=family, model=model, expert=expert, judge=judge, rows=rows, k=k,
                        samples=samples, require_verified=require_verified, seed=seed)
-    return BuildRequest(cfg, harness, workers, address)
+    return BuildRequest(cfg, harness, workers, address, in_flight)
 
 
 def _print_manifest(m: dict[str, Any]) -> None:
@@ -83,6 +86,7 @@ def data_build(
     require_verified: VerifiedOpt = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue an interrupted build run")] = None,
     workers: WorkersOpt = 2,
+    in_flight: InFlightOpt = None,
     address: AddressOpt = None,
     seed: SeedOpt = 0,
     store: StoreOpt = DEFAULT_STORE,
@@ -91,7 +95,7 @@ def data_build(
     """Build one arm's training rows (JSONL + Parquet, content-addressed, in the store)."""
     from cluster.adapt import build_dataset, validate_build
 
-    req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address)
+    req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     validate_build(req, store)
     out = build_dataset(req, store, resume=resume, progress=_Stage(not as_json))
     _echo_json(out) if as_json else _print_manifest(out)
@@ -138,8 +142,10 @@ def adapt_cmd(
     base: Annotated[str, typer.Option("--base", help="peft: the base model folder")] = "",
     eval_model: Annotated[str, typer.Option("--eval-model", help="model ref the adapter is served under (default --model)")] = "",
     repeats: Annotated[int, typer.Option("--repeats", help="test-split rollouts per instance")] = 3,
+    test_n: Annotated[int | None, typer.Option("--test-n", help="test-split instances to evaluate (default: all)")] = None,
     overrides: Annotated[list[str] | None, typer.Argument(help="TrainConfig key=value, e.g. epochs=3")] = None,
     workers: WorkersOpt = 2,
+    in_flight: InFlightOpt = None,
     address: AddressOpt = None,
     seed: SeedOpt = 0,
     store: StoreOpt = DEFAULT_STORE,
@@ -150,7 +156,7 @@ def adapt_cmd(
 
     from cluster.adapt import build_dataset, evaluate_adapter, train_on, validate_build
 
-    req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address)
+    req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     h = validate_build(req, store)
     synthetic = model.startswith("synthetic/")
     backend = backend or ("synthetic" if synthetic else "peft")
@@ -158,6 +164,9 @@ def adapt_cmd(
         raise UsageError("--backend peft needs --base (the base model folder)")
     if repeats < 1:
         raise UsageError(f"--repeats must be positive, got {repeats}")
+    from tasks import get_family
+
+    get_family(family).generate("test", test_n)  # validates --test-n against the split
     train_cfg: dict[str, Any] = {}
     for item in overrides or []:
         key, sep, value = item.partition("=")
@@ -169,8 +178,8 @@ def adapt_cmd(
     stage({"stage": f"training on {manifest['id']} ({backend})"})
     adapter = train_on(store, manifest["id"], base or model, backend, config=train_cfg)
     stage({"stage": f"evaluating {eval_model or model}@{adapter.id}"})
-    result = evaluate_adapter(store, family, h, eval_model or model, adapter.id, repeats=repeats, seed=seed,
-                              workers=workers, address=address)
+    result = evaluate_adapter(store, family, h, eval_model or model, adapter.id, n=test_n, repeats=repeats, seed=seed,
+                              workers=workers, in_flight=in_flight, address=address)
     out = {"dataset": manifest, "adapter": {"id": adapter.id, "path": adapter.path, "metrics": adapter.metrics}, "eval": result}
     if as_json:
         _echo_json(out)
@@ -180,7 +189,7 @@ def adapt_cmd(
     _print_manifest(manifest)
     b, a = result["base"], result["adapted"]
     console.print(
-        f"{family} test ({repeats} seeds): {result['model']} {b['pass_at_1']:.1%} [{b['ci95'][0]:.0%}, {b['ci95'][1]:.0%}] -> "
+        f"{family} test ({result['instances']} instances x {repeats} seeds): {result['model']} {b['pass_at_1']:.1%} [{b['ci95'][0]:.0%}, {b['ci95'][1]:.0%}] -> "
         f"+{adapter.id} {a['pass_at_1']:.1%} [{a['ci95'][0]:.0%}, {a['ci95'][1]:.0%}], "
         f"gain {result['gain'] * 100:+.1f} pts [{result['gain_ci95'][0] * 100:+.1f}, {result['gain_ci95'][1] * 100:+.1f}]"
     )

@@ -28,6 +28,7 @@ class RoleSpec(BaseModel):
     num_cpus: float = Field(0.25, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources the actors need")
+    in_flight: int | None = Field(None, ge=1, description="weak role: most rollouts at once (None: a whole batch)")
 
 
 class CycleBudget(BaseModel):

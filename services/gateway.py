@@ -17,7 +17,9 @@ numbered in the `X-Coevolve-Attempt` header (fault injectors draw per attempt; s
 with exponential backoff and jitter, `RetryPolicy.attempts` in all (`COEVOLVE_RETRY`, e.g.
 "attempts=6,backoff_s=0.05" overrides it). Other errors (400, 401, 403, 404, a context-window
 overflow) are not retried. When the attempts run out, `ModelUnavailable` is raised and the executor
-records an `infra` trajectory, which never counts as a task failure. What the model *wrote* is never
+records an `infra` trajectory, which never counts as a task failure; a context-window overflow raises
+`ContextWindowExceeded` instead, which ends the rollout as a task failure (the conversation the
+harness let grow is the agent's doing). What the model *wrote* is never
 an infra failure: a tool call whose arguments a real model cut off or malformed reaches the agent
 loop as the model's message and becomes an error observation; only a transport fault (the response
 itself unreadable) is retried.
@@ -42,7 +44,7 @@ from typing import Any
 
 import structlog
 
-from agents.executor import Completion, ModelUnavailable, RetryPolicy
+from agents.executor import Completion, ContextWindowExceeded, ModelUnavailable, RetryPolicy
 from harness_store.values import ModelRef
 from services.faults import ATTEMPT_HEADER
 
@@ -254,7 +256,8 @@ class Gateway:
         detail = redact(f"{type(e).__name__}: {e}")[:500]
         attempts = attempt + 1
         model = redact(model)
-        err = ModelUnavailable(
+        error_class = ContextWindowExceeded if isinstance(e, _lib().ContextWindowExceededError) else ModelUnavailable
+        err = error_class(
             f"model {model} failed after {attempts} attempt{'s' * (attempts > 1)} ({kind or 'not retryable'}): {detail}"
         )
         if kind is None or attempts >= self.retry.attempts:

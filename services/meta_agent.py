@@ -132,7 +132,8 @@ class MetaAgent:
         from tasks import get_family
 
         p = self.profile
-        self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus, resources=p.weak.resources or None)
+        self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus, resources=p.weak.resources or None,
+                                              max_in_flight=p.weak.in_flight)
         self.pools["judge"] = RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus,
                                        resources=p.judge.resources or None)
         gateway = Gateway()

@@ -182,13 +182,19 @@ class RolloutPool:
         ready_timeout_s: float | None = None,
         resources: dict[str, float] | None = None,
         scheduling: str = "SPREAD",
+        max_in_flight: int | None = None,
     ):
-        """`resources`: custom Ray resources each actor needs besides its CPUs (e.g. `{"executor": 1}` to
+        """`max_in_flight`: the most rollouts a batch runs at once unless `run` is told otherwise (None:
+        all), e.g. the served model's batch size, so a small server is not flooded past its timeouts;
+        `resources`: custom Ray resources each actor needs besides its CPUs (e.g. `{"executor": 1}` to
         run only on nodes that advertise `executor`); `scheduling`: "SPREAD" (default: actors spread over
         the nodes that qualify) or "DEFAULT" (Ray packs them). Neither pins a node: a replacement for an
         actor lost with its node goes to another node that qualifies (see `avoiding`)."""
         if workers < 1:
             raise ValueError("workers must be >= 1")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self.resources = placement_resources(resources)
         self.scheduling = scheduling_strategy(scheduling)
         self.max_concurrency = max_concurrency
@@ -225,9 +231,10 @@ class RolloutPool:
         max_in_flight: int | None = None,
     ) -> list[Trajectory]:
         """Run every job; return trajectories in submission order. At most `max_in_flight` rollouts
-        run at once (default: all), so a large batch does not flood the model servers."""
+        run at once (default: the pool's), so a large batch does not flood the model servers."""
         if not jobs:
             return []
+        max_in_flight = max_in_flight or self.max_in_flight
         harness_refs: dict[str, Any] = {}
         payloads = []
         for job in jobs:

@@ -90,6 +90,23 @@ def test_bad_input_one_line_exit_2_writes_nothing(tmp_path, args, message):
     assert not store.exists()
 
 
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--in-flight", "0"], "--in-flight must be positive"),
+        (["--test-n", "51"], "n must be in 1..50"),
+        (["--repeats", "0"], "--repeats must be positive"),
+    ],
+)
+def test_adapt_refuses_bad_sizes_before_it_starts(tmp_path, args, message):
+    store = tmp_path / "store"
+    r = invoke("adapt", "--store", store, *args)
+    assert r.exit_code == 2
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
+    assert not store.exists()
+
+
 def test_unreadable_store_is_a_clear_error(tmp_path):
     bad = tmp_path / "store"
     bad.write_text("not a store")

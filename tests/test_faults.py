@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import Completion, Executor, ModelUnavailable, RetryPolicy
+from agents.executor import Completion, ContextWindowExceeded, Executor, ModelUnavailable, RetryPolicy
 from agents.local import LocalEvaluator
 from agents.stats import pass_rate
 from services.faults import KINDS, FaultSpec, FaultSpecError, count_faults
@@ -115,6 +115,33 @@ def test_errors_a_retry_cannot_fix_are_not_retried():
     with pytest.raises(ModelUnavailable, match="not retryable"):
         gateway.complete("synthetic/no-such-profile", [{"role": "user", "content": "hi"}], [])
     assert gateway.retries == 0
+
+
+def test_a_context_window_overflow_ends_the_rollout_as_a_task_failure_not_infra():
+    import litellm
+
+    overflow = litellm.ContextWindowExceededError(
+        "This model's maximum context length is 2048 tokens. However, you requested 2300 tokens", model="m", llm_provider="openai")
+    gateway = Gateway(retry=QUICK)
+    with pytest.raises(ContextWindowExceeded, match="maximum context length"):  # not retried: it would overflow again
+        gateway.complete("openai/m", [{"role": "user", "content": "hi"}], [], mock_response=overflow)
+    assert gateway.retries == 0
+
+    class Rambler:  # writes prose, never a tool call, until its context is full
+        calls = 0
+
+        async def acomplete(self, model, messages, tools, *, seed):
+            self.calls += 1
+            if self.calls == 3:
+                raise ContextWindowExceeded("model m failed after 1 attempt (not retryable): maximum context length")
+            return Completion({"role": "assistant", "content": "Yes, everything checks."}, 900, 256)
+
+    inst = FAM.generate("val", 1)[0]
+    traj = asyncio.run(Executor(Rambler(), QUICK).rollout(inst, FAM.baseline_harness(), "openai/m"))
+    assert traj.error == "task" and not traj.passed and len(traj.turns) == 2
+    assert traj.error_detail.startswith("context window exceeded at turn 2")
+    rate = pass_rate([traj])
+    assert rate.infra == 0 and rate.instances == 1 and rate.pass_at_1 == 0.0  # counted, as a failure
 
 
 class _Scripted:

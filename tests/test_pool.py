@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import ray
 
 from services.pool import RolloutJob, RolloutPool
@@ -30,10 +31,10 @@ def test_pool_results_in_submission_order_and_equal_to_in_process(ray_session):
 def test_the_pools_load_counts_queued_in_flight_and_finished_rollouts_per_actor(ray_session):
     insts = FAM.generate("val", 16)
     h = FAM.baseline_harness()
-    pool = RolloutPool(2, env={"COEVOLVE_SYNTHETIC_LATENCY_MS": "20"})
+    pool = RolloutPool(2, env={"COEVOLVE_SYNTHETIC_LATENCY_MS": "20"}, max_in_flight=4)  # the pool's cap, not the run's
     seen = []
     try:
-        pool.run([RolloutJob(i, h, "synthetic/weak", 0) for i in insts], max_in_flight=4,
+        pool.run([RolloutJob(i, h, "synthetic/weak", 0) for i in insts],
                  on_result=lambda i, t: seen.append(pool.load.as_json(pool.actors)))
         final = pool.load.as_json(pool.actors)
     finally:
@@ -42,6 +43,11 @@ def test_the_pools_load_counts_queued_in_flight_and_finished_rollouts_per_actor(
     assert first["queued"] == 11 and sum(w["in_flight"] for w in first["actors"].values()) == 4
     assert final["queued"] == 0 and all(w["in_flight"] == 0 for w in final["actors"].values())
     assert sorted(w["done"] for w in final["actors"].values()) == [8, 8] and all(w["per_s"] > 0 for w in final["actors"].values())
+
+
+def test_a_pool_refuses_a_cap_below_one_rollout_in_flight():
+    with pytest.raises(ValueError, match="max_in_flight must be >= 1"):
+        RolloutPool(2, max_in_flight=0)
 
 
 def test_killing_an_actor_mid_batch_loses_no_rollout(ray_session):
