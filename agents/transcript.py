@@ -63,6 +63,9 @@ def first_error_turn(traj: Trajectory) -> int | None:
 
 def payload_message(payload: dict[str, Any], ask: str) -> dict[str, Any]:
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)  # compact: tokens cost money
+    # A backtick can only stand inside a JSON string, where \u0060 means the same: a model's own ``` (real
+    # models write markdown) must not close the fence early.
+    body = body.replace("`", "\\u0060")
     return {"role": "user", "content": f"{FENCE}\n{body}\n```\n{ask}"}
 
 

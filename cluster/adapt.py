@@ -108,7 +108,10 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
         expert_runs = sampled("expert", cfg.expert) if cfg.arm == "imitation" else []
         rows, stats = builder.build(student, expert_runs)
         if not rows:
-            raise ValueError(f"the {cfg.arm} arm produced no rows (student pass rate {stats['student_pass_rate']})")
+            infra = sum(t.error == "infra" for t in student)
+            why = (f"{infra} of {len(student)} student rollouts lost to model-service errors (infra)" if infra
+                   else f"student pass rate {stats['student_pass_rate']}")
+            raise ValueError(f"the {cfg.arm} arm produced no rows ({why})")
         expert_tokens = (
             sum(t.tokens for t in expert_runs) if cfg.arm == "imitation"
             else int(stats["usage"].get("expert", {}).get("tokens", 0))

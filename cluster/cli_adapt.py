@@ -143,6 +143,7 @@ def adapt_cmd(
     eval_model: Annotated[str, typer.Option("--eval-model", help="model ref the adapter is served under (default --model)")] = "",
     repeats: Annotated[int, typer.Option("--repeats", help="test-split rollouts per instance")] = 3,
     test_n: Annotated[int | None, typer.Option("--test-n", help="test-split instances to evaluate (default: all)")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="continue an interrupted build run (data-...)")] = None,
     overrides: Annotated[list[str] | None, typer.Argument(help="TrainConfig key=value, e.g. epochs=3")] = None,
     workers: WorkersOpt = 2,
     in_flight: InFlightOpt = None,
@@ -174,7 +175,7 @@ def adapt_cmd(
             raise UsageError(f"override {item!r} is not key=value")
         train_cfg[key] = yaml.safe_load(value)
     stage = _Stage(not as_json)
-    manifest = build_dataset(req, store, progress=stage)
+    manifest = build_dataset(req, store, resume=resume, progress=stage)
     stage({"stage": f"training on {manifest['id']} ({backend})"})
     adapter = train_on(store, manifest["id"], base or model, backend, config=train_cfg)
     stage({"stage": f"evaluating {eval_model or model}@{adapter.id}"})

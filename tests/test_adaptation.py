@@ -74,6 +74,19 @@ def test_judge_scores_a_schema_breaking_candidate_zero_without_asking(weak_failu
     assert verdict["score"] == 0.0 and not verdict["valid"] and rec.sent == []
 
 
+def test_a_trajectory_whose_model_wrote_markdown_fences_reaches_the_synthetic_roles_whole(weak_failures):
+    from dataclasses import replace
+
+    t = weak_failures[0]
+    first = assistant_positions(t.messages)[0]
+    fenced = {**t.messages[first], "content": "Here is my plan:\n```sql\nSELECT 1; -- `a`\n```\ndone"}
+    t = replace(t, messages=t.messages[:first] + (fenced,) + t.messages[first + 1 :])
+    locus = Judge("synthetic/judge", proposer_complete, retries=0).locate(t)  # a cut payload raised here before
+    assert not locus.reason.startswith("unknown") and 0 <= locus.turn_index < len(t.turns)
+    cands = ExpertRewriter("synthetic/expert", proposer_complete, FAM.handbook, retries=0).rewrite(t, locus, k=2)
+    assert len(cands) == 2 and all("error" not in c for c in cands)
+
+
 # ------------------------------------------------------------------ the arms' rows
 @pytest.fixture(scope="module")
 def built():
