@@ -60,7 +60,8 @@ def validate_build(req: BuildRequest, store_path: Path) -> Any:
 
 
 def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
-    """Run a dataset build on the cluster; returns the dataset's manifest (with its id and path)."""
+    """Run a dataset build on the cluster; returns the dataset's manifest (with its id and path). Resuming
+    a build that finished returns its dataset: a finished step is not redone."""
     from cluster.runtime import start_ray
     from harness_store.datasets import write_dataset
     from harness_store.store import HarnessStore
@@ -75,6 +76,8 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
         run = store.get_run(resume)
         if run.kind != "data":
             raise ValueError(f"run {resume!r} is a {run.kind} run, not a data build")
+        if run.status == "done" and run.result.get("id"):
+            return run.result  # finished before: its dataset, not a second build
         run_id = resume
     else:
         run_id = store.create_run("data", {**cfg.to_json(), "harness": harness.id})

@@ -177,7 +177,11 @@ def adapt_cmd(
     stage = _Stage(not as_json)
     manifest = build_dataset(req, store, resume=resume, progress=stage)
     stage({"stage": f"training on {manifest['id']} ({backend})"})
-    adapter = train_on(store, manifest["id"], base or model, backend, config=train_cfg)
+    def trained(p: dict[str, Any]) -> None:
+        loss = f", loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else ""
+        stage({"stage": f"training: step {p.get('step')}/{p.get('total')}, epoch {p.get('epoch')}{loss}"})
+
+    adapter = train_on(store, manifest["id"], base or model, backend, config=train_cfg, progress=trained)
     stage({"stage": f"evaluating {eval_model or model}@{adapter.id}"})
     result = evaluate_adapter(store, family, h, eval_model or model, adapter.id, n=test_n, repeats=repeats, seed=seed,
                               workers=workers, in_flight=in_flight, address=address)

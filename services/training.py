@@ -496,6 +496,7 @@ def _train_peft(
     runs = (store_root(store) / TRAIN_RUNS_DIR).resolve()
     runs.mkdir(parents=True, exist_ok=True)
     progress_path = runs / f"{adapter_id}.progress.json"
+    progress_path.unlink(missing_ok=True)  # an earlier, interrupted job's figures are not this job's progress
     loop = {
         "base": str(base),
         "rows": [row_to_json(r) for r in rows],
