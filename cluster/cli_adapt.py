@@ -177,6 +177,7 @@ def adapt_cmd(
     stage = _Stage(not as_json)
     manifest = build_dataset(req, store, resume=resume, progress=stage)
     stage({"stage": f"training on {manifest['id']} ({backend})"})
+
     def trained(p: dict[str, Any]) -> None:
         loss = f", loss {p['loss']:.3f}" if isinstance(p.get("loss"), (int, float)) else ""
         stage({"stage": f"training: step {p.get('step')}/{p.get('total')}, epoch {p.get('epoch')}{loss}"})
