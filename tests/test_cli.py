@@ -69,38 +69,24 @@ def test_harness_commands(evaluated):
 
 
 @pytest.mark.parametrize(
-    "args,message",
+    "command,args,message",
     [
-        (["--family", "nope"], "unknown task family"),
-        (["--model", "synthetic/genius"], "unknown synthetic model"),
-        (["--model", "weak"], "provider/model"),
-        (["--model", "nosuchprovider/x"], "unknown model provider"),
-        (["--n", "0"], "--n must be positive"),
-        (["--n", "51"], "n must be in 1..50"),
-        (["--harness", "deadbeef00"], "unknown harness"),
-        (["--split", "holdout"], "unknown split"),
+        ("eval", ["--family", "nope"], "unknown task family"),
+        ("eval", ["--model", "synthetic/genius"], "unknown synthetic model"),
+        ("eval", ["--model", "weak"], "provider/model"),
+        ("eval", ["--model", "nosuchprovider/x"], "unknown model provider"),
+        ("eval", ["--n", "0"], "--n must be positive"),
+        ("eval", ["--n", "51"], "n must be in 1..50"),
+        ("eval", ["--harness", "deadbeef00"], "unknown harness"),
+        ("eval", ["--split", "holdout"], "unknown split"),
+        ("adapt", ["--in-flight", "0"], "--in-flight must be positive"),
+        ("adapt", ["--test-n", "51"], "n must be in 1..50"),
+        ("adapt", ["--repeats", "0"], "--repeats must be positive"),
     ],
 )
-def test_bad_input_one_line_exit_2_writes_nothing(tmp_path, args, message):
+def test_bad_input_one_line_exit_2_writes_nothing(tmp_path, command, args, message):
     store = tmp_path / "store"
-    r = invoke("eval", "--store", store, *args)
-    assert r.exit_code == 2
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
-    assert not store.exists()
-
-
-@pytest.mark.parametrize(
-    "args,message",
-    [
-        (["--in-flight", "0"], "--in-flight must be positive"),
-        (["--test-n", "51"], "n must be in 1..50"),
-        (["--repeats", "0"], "--repeats must be positive"),
-    ],
-)
-def test_adapt_refuses_bad_sizes_before_it_starts(tmp_path, args, message):
-    store = tmp_path / "store"
-    r = invoke("adapt", "--store", store, *args)
+    r = invoke(command, "--store", store, *args)
     assert r.exit_code == 2
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
