@@ -402,9 +402,8 @@ class _Progress:
 class PoolEvaluator:
     """`agents.meta.loop.Evaluator` over the pool: one batch per call, results in job order."""
 
-    def __init__(self, pool: RolloutPool, max_in_flight: int | None = None):
-        self.pool = pool
-        self.max_in_flight = max_in_flight
+    def __init__(self, pool: RolloutPool):
+        self.pool = pool  # its `max_in_flight` caps each batch
 
     def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]:
-        return self.pool.run([RolloutJob(i, h, model, s) for i, h, s in jobs], max_in_flight=self.max_in_flight)
+        return self.pool.run([RolloutJob(i, h, model, s) for i, h, s in jobs])
