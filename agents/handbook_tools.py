@@ -59,3 +59,61 @@ def run_handbook_tool(handbook: Handbook, name: str, raw_args: str | dict[str, A
         return f"error: unknown tool {name!r} (tools: search_handbook, read_handbook)"
     except (ValueError, TypeError, OverflowError, RecursionError) as e:  # e.g. "k": 1e400 is infinity
         return f"error: {e}"
+
+
+# ------------------------------------------------------------------ a tool-using role's handbook rounds
+# The offline roles (synthetic/meta, the synthetic expert rewriter) consult the handbook the way a
+# tool-using model does: search, read the best sections, then answer from what they read.
+HandbookCalls = dict[str, list[tuple[dict[str, Any], str]]]
+
+
+def handbook_calls(messages: list[dict[str, Any]]) -> HandbookCalls:
+    """The handbook calls made so far in a conversation and their results: tool name -> [(args, result)]."""
+    results = {m.get("tool_call_id"): m.get("content") or "" for m in messages if m.get("role") == "tool"}
+    out: HandbookCalls = {"search_handbook": [], "read_handbook": []}
+    for m in messages:
+        for c in m.get("tool_calls") or () if m.get("role") == "assistant" else ():
+            fn = c.get("function") or {}
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                args = {}
+            out.setdefault(fn.get("name", ""), []).append((args if isinstance(args, dict) else {}, results.get(c.get("id"), "")))
+    return out
+
+
+def rank_sections(searches: list[tuple[dict[str, Any], str]], known_text: str) -> list[str]:
+    """Section ids by summed relative score over the searches, skipping sections whose snippet the
+    role already has in `known_text` (e.g. the harness)."""
+    score: dict[str, float] = {}
+    flat = " ".join(known_text.split())
+    for _, result in searches:
+        try:
+            hits = json.loads(result)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(hits, list):
+            continue
+        top = max((h.get("score", 0.0) for h in hits), default=0.0) or 1.0
+        for h in hits:
+            snippet = (h.get("snippet") or "")[:80]
+            if snippet and snippet in flat:
+                continue
+            score[h["id"]] = score.get(h["id"], 0.0) + h.get("score", 0.0) / top
+    return [sid for sid, _ in sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def read_sections(reads: list[tuple[dict[str, Any], str]]) -> list[tuple[str, str]]:
+    """(section id, text) of every successful `read_handbook` result, in reading order."""
+    out = []
+    for args, result in reads:
+        if result.startswith("error"):
+            continue
+        body = result.split("\n", 1)[1] if "\n" in result else result
+        out.append((str(args.get("section", "note")), body.strip()))
+    return out
+
+
+def handbook_call(name: str, args: dict[str, Any], i: int, prefix: str) -> dict[str, Any]:
+    """One OpenAI tool call of a handbook tool, with a deterministic id."""
+    return {"id": f"call_{prefix}_{name}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}

@@ -449,7 +449,7 @@ def respond(
 
         reply = propose(messages, tools, seed, generic_only=profile.name == "meta-generic")
     elif role is not None:
-        reply = answer(role, messages, profile.name, seed)
+        reply = answer(role, messages, tools, profile.name, seed)
     elif profile.name == "judge":
         raise ValueError("synthetic/judge answers the judge's prompts only")
     else:

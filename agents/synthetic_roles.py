@@ -6,11 +6,19 @@
   observable evidence a careful human judge would: an error observation the agent moved on from (the
   turn that moved on is where the data was lost), else the earliest call whose content the failed
   requirements are about (word overlap between the grader's words and the call).
-- `synthetic/expert` as rewriter may know every fact, as a stronger model would: it replays the weak
-  model's own conversation through a fully informed policy in the weak model's step-by-step style,
-  keeps its first call, and states in one sentence the rules that call depends on. Its candidates are
-  sampled (an occasional malformed call, an occasional missed specialist rule), so the quality judge
-  has something to choose from.
+- `synthetic/expert` as rewriter works from its inputs only (DESIGN §5): the task, the tools, the
+  weak model's prefix, the failing turn and the judge's reason, its own profile's knowledge, and the
+  handbook, which it consults through the same `search_handbook`/`read_handbook` tools as a proposer
+  (queries: the task's sentences, the terms that stand out in the data the agent has read, the
+  failing action with the judge's reason; then it reads the best sections). Its corrected call is the
+  expert policy's next call for the weak model's state, in the weak model's step-by-step pace, with
+  the sections it read in view; its strategy cites, in the handbook's words, the read passages that
+  bear on that call and state a rule the agent has not seen, else says in its own words what to do.
+  It never reads the family's fact list, nor the instance's world, plan or traps (beyond the
+  executor policy's documented simplification, computing a call's arguments for the state it sees),
+  so a rare fact reaches a strategy only when the rewriter found it in the handbook. Its candidates
+  are sampled (an occasional malformed call, an occasional lucky guess), so the quality judge has
+  something to choose from.
 """
 
 from __future__ import annotations
@@ -18,11 +26,13 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 from agents.analysis import reads_only
 from agents.context import approx_tokens, message_tokens
+from agents.handbook_tools import handbook_call, handbook_calls, rank_sections, read_sections
 from agents.transcript import payload_from_messages
 
 ROLE_HEADER = re.compile(r"^ROLE: ([a-z-]+)")
@@ -35,7 +45,7 @@ def role_of(messages: list[dict[str, Any]]) -> str | None:
     return match.group(1) if match else None
 
 
-def answer(role: str, messages: list[dict[str, Any]], profile_name: str, seed: int):
+def answer(role: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], profile_name: str, seed: int):
     from agents.synthetic import SyntheticReply
 
     payload = payload_from_messages(messages)
@@ -46,7 +56,7 @@ def answer(role: str, messages: list[dict[str, Any]], profile_name: str, seed: i
     elif role == "judge-classify":
         out = classify(payload)
     elif role == "expert-rewrite":
-        out = {"candidates": [rewrite(payload, seed * 1000 + i) for i in range(int(payload.get("k", 1)))]}
+        return rewrite_reply(messages, tools, seed)
     else:
         raise ValueError(f"synthetic/{profile_name} does not play the role {role!r}")
     text = json.dumps(out)
@@ -164,48 +174,129 @@ def _loads(s: Any) -> Any:
 
 
 # ------------------------------------------------------------------ the expert rewriter
-def rewrite(payload: dict[str, Any], seed: int) -> dict[str, Any]:
-    from agents.synthetic import PROFILES, SyntheticPolicy
-    from tasks import get_family
-    from tasks.base import Knowledge
+REWRITE_QUERIES = 4
+REWRITE_READS = 5
+OBSERVED_TERMS = 8
+STRATEGY_SECTIONS = 2  # handbook passages a strategy may cite
+STRATEGY_WINDOW = 2  # adjacent sentences a cited passage spans
+MIN_OVERLAP = 2  # words a passage must share with what the call and the task are about
+# words by which a passage states a rule rather than describes (a strategy states the rule missed)
+RULE_WORDS = re.compile(r"\b(only|never|always|must|not|no|instead|counts?|unless|except|rather|same|each|every)\b")
 
-    messages = payload["prefix_messages"]
+
+def rewrite_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int):
+    """One reply of the synthetic expert rewriter: handbook look-ups while they are offered, then the
+    JSON answer with `k` candidates. It works from its inputs only: the payload (task, tools, the weak
+    model's prefix, the failing turn, the judge's reason), its own profile's knowledge and the handbook
+    sections it read; it never rebuilds the instance's world, plan or traps and never reads the
+    family's fact list (the one documented simplification: the executor policy that computes a call's
+    arguments for the state it sees, as every synthetic model does)."""
+    from agents.synthetic import SyntheticReply
+
+    payload = payload_from_messages(messages)
+    offered = {t["function"]["name"] for t in tools or ()}
+    done = handbook_calls(messages)
+    prompt = sum(message_tokens(m) for m in messages)
+    calls: list[dict[str, Any]] = []
+    if "search_handbook" in offered and not done["search_handbook"]:
+        calls = [handbook_call("search_handbook", {"query": q, "k": 4}, i, "expert")
+                 for i, q in enumerate(_rewrite_queries(payload))]
+    elif "read_handbook" in offered and done["search_handbook"] and not done["read_handbook"]:
+        ranked = rank_sections(done["search_handbook"], _system_text(payload["prefix_messages"]))
+        calls = [handbook_call("read_handbook", {"section": s}, i, "expert") for i, s in enumerate(ranked[:REWRITE_READS])]
+    if calls:
+        return SyntheticReply({"role": "assistant", "content": "Let me check the handbook.", "tool_calls": calls},
+                              prompt, approx_tokens(json.dumps(calls)))
+    read = [text for _, text in read_sections(done["read_handbook"])]
+    out = {"candidates": [rewrite(payload, seed * 1000 + i, read) for i in range(int(payload.get("k", 1)))]}
+    text = json.dumps(out)
+    return SyntheticReply({"role": "assistant", "content": text}, prompt, approx_tokens(text))
+
+
+def _system_text(messages: list[dict[str, Any]]) -> str:
+    return next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+
+
+def _rewrite_queries(payload: dict[str, Any]) -> list[str]:
+    """What an expert looks up: each sentence of the task (what it asks turns on the domain's rules),
+    the terms that stand out in the data the agent has read so far (how the domain treats what it sees
+    there), and the failing action with the judge's reason."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", payload.get("task", "")) if len(s.split()) > 3]
+    failing = " ".join(c["name"].replace("_", " ") for c in payload.get("failing_turn", {}).get("calls", ()))
+    queries = [*sentences[: REWRITE_QUERIES - 2], " ".join(_observed_terms(payload["prefix_messages"])),
+               f"{failing} {payload.get('judge_reason', '')}".strip()]
+    return [q for q in dict.fromkeys(queries) if q.strip()]
+
+
+def _observed_terms(messages: list[dict[str, Any]], n: int = OBSERVED_TERMS) -> list[str]:
+    """The most frequent words of the tool results the agent has seen (no numbers, no stop words)."""
+    counts: Counter[str] = Counter()
+    for m in messages:
+        if m.get("role") == "tool":
+            counts.update(w for w in re.findall(r"[a-z]{3,}", (m.get("content") or "").lower()) if w not in STOP)
+    return [w for w, _ in counts.most_common(n)]
+
+
+def rewrite(payload: dict[str, Any], seed: int, handbook_text: list[str] = ()) -> dict[str, Any]:
+    """One candidate: the corrected call is the expert policy's next call for the weak model's state,
+    with the handbook sections it read in view (as a model applies what it just read); the strategy
+    cites the read passages that bear on that call and the task, in the handbook's words, else says in
+    the rewriter's own words what to do."""
+    from agents.synthetic import PROFILES, SyntheticPolicy
+
+    messages = [dict(m) for m in payload["prefix_messages"]]
+    if handbook_text:
+        for m in messages:
+            if m.get("role") == "system":
+                m["content"] = (m.get("content") or "") + "\n\nHandbook, as read:\n" + "\n".join(handbook_text)
+                break
     tools = [{"type": "function", "function": t} for t in payload["tools"]]
-    expert = PROFILES["expert"]
-    # the rewriter: every fact it knows, the weak model's pace, its own occasional slips
-    profile = replace(expert, name="expert-rewriter", style="stepwise", planning_capacity=1)
+    # the rewriter: what the expert knows, the weak model's pace, its own occasional slips
+    profile = replace(PROFILES["expert"], name="expert-rewriter", style="stepwise", planning_capacity=1, explains=False)
     reply = SyntheticPolicy(profile).respond(messages, tools, seed, "synthetic/expert")
     calls = reply.message.get("tool_calls") or []
     if not calls:
         return {"strategy": "Finish the task.", "tool_call": {"name": "finish", "arguments": {}}}
     call = calls[0]["function"]
-    # one sentence: the rules this call depends on, as the expert knows them
-    from agents.synthetic import TASK_ID
-
-    user = next(m.get("content") or "" for m in messages if m.get("role") == "user")
-    family = get_family(TASK_ID.search(user).group(1).split("/")[0])
-    instance = family.instance(TASK_ID.search(user).group(1))
-    full = family.full_knowledge()
-    plan = family.plan(instance, full)
-    step = next((i for i, s in enumerate(plan) if s.tool == call["name"] and s.args == _loads(call["arguments"])), None)
-    rules: list[str] = []
-    if step is not None:
-        for f in family.facts:
-            if f.id in plan[step].facts:
-                without = family.plan(instance, Knowledge(full.facts - {f.id}, full.constraints))
-                if without[step].args != plan[step].args:
-                    rules.append(f.statement)
-        c = next((c for c in family.constraints if c.id == plan[step].constraint), None)
-        if c and family.plan(instance, Knowledge(full.facts, full.constraints - {c.id}))[step].args != plan[step].args:
-            rules.append(c.statement)
-    rng = random.Random(seed)
-    if rules:
-        strategy = " ".join(rules)
-    elif call["name"] == payload["failing_turn"]["calls"][0]["name"] if payload["failing_turn"]["calls"] else False:
+    call = {"name": call["name"], "arguments": _loads(call["arguments"])}
+    passages = _cited_passages(handbook_text, call, payload)
+    failing = payload.get("failing_turn", {}).get("calls") or [{}]
+    if passages:
+        strategy = " ".join(passages)
+    elif call["name"] == failing[0].get("name"):
         strategy = f"Call {call['name']} again with every required argument, checked against the tool's schema."
     else:
-        strategy = rng.choice(
+        strategy = random.Random(seed).choice(
             [f"Before acting, get the data the next step needs with {call['name']}.",
              f"Do {call['name']} next and check its result before going on."]
         )
-    return {"strategy": strategy, "tool_call": {"name": call["name"], "arguments": _loads(call["arguments"])}}
+    return {"strategy": strategy, "tool_call": call}
+
+
+def _cited_passages(sections: list[str], call: dict[str, Any], payload: dict[str, Any]) -> list[str]:
+    """Up to `STRATEGY_SECTIONS` passages (runs of adjacent sentences, at most one per read section) that
+    bear on the corrected call, state a rule and tell the agent something new: scored by the words
+    they share with the call, the task and the judge's reason, times one plus their rule words (only,
+    never, must, instead ...), times the share of their words the agent's conversation so far does
+    not contain (a passage that restates the task teaches nothing). Best first."""
+    about = _call_words({"name": call["name"], "arguments": json.dumps(call["arguments"])})
+    about |= _words(payload.get("task", "")) | _words(payload.get("judge_reason", ""))
+    seen = _words(" ".join(m.get("content") or "" for m in payload["prefix_messages"]))
+    scored = []
+    for order, text in enumerate(sections):
+        sentences = [" ".join(s.split()) for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+        for i in range(max(1, len(sentences) - STRATEGY_WINDOW + 1)):
+            window = " ".join(sentences[i : i + STRATEGY_WINDOW])
+            words = _words(window)
+            relevance = len(about & words)
+            if relevance < MIN_OVERLAP or not words:
+                continue
+            rule = 1 + len(RULE_WORDS.findall(window.lower()))
+            scored.append((-relevance * rule * len(words - seen) / len(words), order, i, window))
+    cited: list[str] = []
+    used: set[int] = set()
+    for _, order, _, window in sorted(scored):
+        if order not in used and len(cited) < STRATEGY_SECTIONS:
+            cited.append(window)
+            used.add(order)
+    return cited

@@ -21,10 +21,11 @@ import hashlib
 import json
 import random
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 from agents.context import approx_tokens, message_tokens
+from agents.handbook_tools import handbook_call, handbook_calls, rank_sections, read_sections
 
 USELESS = [
     {"op": "set_section", "name": "tone", "text": "Be polite, concise and professional in every message."},
@@ -52,14 +53,14 @@ def propose(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: i
 
     evidence = evidence_from_messages(messages)
     offered = {t["function"]["name"] for t in tools or ()}
-    done = _tool_rounds(messages)
+    done = handbook_calls(messages)
     prompt = sum(message_tokens(m) for m in messages)
     calls: list[dict[str, Any]] = []
     if not generic_only and "search_handbook" in offered and not done["search_handbook"]:
-        calls = [_call("search_handbook", {"query": q, "k": SEARCH_K}, i) for i, q in enumerate(_queries(evidence))]
+        calls = [handbook_call("search_handbook", {"query": q, "k": SEARCH_K}, i, "meta") for i, q in enumerate(_queries(evidence))]
     elif not generic_only and "read_handbook" in offered and done["search_handbook"] and not done["read_handbook"]:
-        ranked = _rank_sections(done["search_handbook"], evidence.get("harness", ""))
-        calls = [_call("read_handbook", {"section": s}, i) for i, s in enumerate(ranked[:MAX_READS])]
+        ranked = rank_sections(done["search_handbook"], evidence.get("harness", ""))
+        calls = [handbook_call("read_handbook", {"section": s}, i, "meta") for i, s in enumerate(ranked[:MAX_READS])]
     if calls:
         content = "Let me check the handbook."
         return SyntheticReply({"role": "assistant", "content": content, "tool_calls": calls}, prompt, approx_tokens(json.dumps(calls)))
@@ -90,48 +91,6 @@ def _general(reason: str) -> str:
     return re.split(r"[:;]", reason, maxsplit=1)[0].strip()
 
 
-def _tool_rounds(messages: list[dict[str, Any]]) -> dict[str, list[tuple[dict[str, Any], str]]]:
-    """The handbook calls made so far and their results: tool name -> [(arguments, result)]."""
-    results = {m.get("tool_call_id"): m.get("content") or "" for m in messages if m.get("role") == "tool"}
-    out: dict[str, list[tuple[dict[str, Any], str]]] = defaultdict(list)
-    for m in messages:
-        for c in m.get("tool_calls") or () if m.get("role") == "assistant" else ():
-            fn = c.get("function") or {}
-            try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                args = {}
-            out[fn.get("name", "")].append((args, results.get(c.get("id"), "")))
-    return out
-
-
-def _rank_sections(searches: list[tuple[dict[str, Any], str]], harness_text: str) -> list[str]:
-    """Section ids by summed relative score over the searches, skipping what the harness already says."""
-    score: dict[str, float] = defaultdict(float)
-    for _, result in searches:
-        try:
-            hits = json.loads(result)
-        except json.JSONDecodeError:
-            continue
-        top = max((h.get("score", 0.0) for h in hits), default=0.0) or 1.0
-        for h in hits:
-            snippet = (h.get("snippet") or "")[:80]
-            if snippet and snippet in " ".join(harness_text.split()):
-                continue
-            score[h["id"]] += h.get("score", 0.0) / top
-    return [sid for sid, _ in sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
-def _read_sections(reads: list[tuple[dict[str, Any], str]]) -> list[tuple[str, str]]:
-    out = []
-    for args, result in reads:
-        if result.startswith("error"):
-            continue
-        body = result.split("\n", 1)[1] if "\n" in result else result
-        out.append((str(args.get("section", "note")), body.strip()))
-    return out
-
-
 # ------------------------------------------------------------------ the answer
 def _answer(evidence: dict[str, Any], reads: list[tuple[dict[str, Any], str]], messages: list[dict[str, Any]], seed: int, generic_only: bool) -> str:
     k = _asked_k(messages)
@@ -143,7 +102,7 @@ def _answer(evidence: dict[str, Any], reads: list[tuple[dict[str, Any], str]], m
     knowledge: list[dict[str, Any]] = []
     checklist: list[dict[str, Any]] = []
     if not generic_only:
-        sections = _read_sections(reads)
+        sections = read_sections(reads)
         recipes = [{"op": "add_recipe", "name": _name(sid), "text": text} for sid, text in sections]
         if len(recipes) > 1:
             knowledge.append(_edit(recipes, "the handbook documents rules the failed rollouts break", "knowledge"))
@@ -197,10 +156,6 @@ def _checklist_items(failures: Any) -> list[str]:
 
 def _name(section_id: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", section_id.lower()).strip("_")[:60] or "note"
-
-
-def _call(name: str, args: dict[str, Any], i: int) -> dict[str, Any]:
-    return {"id": f"call_meta_{name}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
 def _edit(ops: list[dict[str, Any]], rationale: str, targets: str) -> dict[str, Any]:
