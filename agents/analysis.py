@@ -1,8 +1,11 @@
 """Analysis of rollouts (issue 9): failure composition, the planning-style fingerprint and its drift,
-and agreement statistics for a judge against the testbed's answer key.
+and agreement statistics for a judge against the testbed's answer key (locus accuracy beside the
+random-turn and first-error baselines, on all keyed failures and where the first-error rule is wrong).
 
 This is analysis code: it may read `Trajectory.ground_truth` (the answer key) to score a judge; no
-role ever calls it. Infra errors are never failures and never get a category.
+role ever calls it. Decisive turns come from the counterfactual, which a rollout does not compute:
+pass trajectories through `agents.counterfactual.with_counterfactuals` first. Infra errors are never
+failures and never get a category.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from math import sqrt
 from typing import Any
 
+from agents.stats import Z95, mean_ci
 from harness_store.values import FAILURE_CATEGORIES, FailureLabel, Trajectory
 
 READ_VERBS = ("read", "list", "get", "search", "show", "fetch", "find", "look", "query", "run", "return", "view", "open", "go ")
@@ -40,7 +44,8 @@ def composition(labels: Sequence[FailureLabel]) -> dict[str, float]:
 
 
 def answer_key_category(t: Trajectory) -> str | None:
-    """The testbed's category of a failed rollout: the cause recorded at its decisive turn."""
+    """The testbed's category of a failed rollout: the cause recorded at its decisive turn (the
+    trajectory must carry its counterfactual: `agents.counterfactual.with_counterfactuals`)."""
     decisive = t.ground_truth.get("decisive_turn")
     turns = t.ground_truth.get("turns") or []
     if decisive is None or decisive >= len(turns) or not turns[decisive]:
@@ -67,6 +72,72 @@ def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float:
     ta, tb = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
     expected = sum(ta[c] * tb[c] for c in set(ta) | set(tb)) / (n * n)
     return 1.0 if expected == 1 else (observed - expected) / (1 - expected)
+
+
+# ------------------------------------------------------------------ failure-locus accuracy
+LOCUS_GUESSERS = ("judge", "first_error", "random")
+LOCUS_SUBSETS = ("all", "first_error_wrong")
+
+
+def wilson_interval(hits: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score 95% interval of a proportion (defined at 0 and n hits and for small n)."""
+    if n <= 0:
+        return 0.0, 0.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def locus_row(
+    t: Trajectory, judge_turn: int, first_error: int | None, guess: int, unknown: bool = False
+) -> dict[str, Any]:
+    """One keyed failure for `locus_accuracy`: its decisive turn (the answer key), the judge's turn,
+    the first error observation's turn (None: there is none), the rule-based guess (the first error
+    observation, else its fallback), and whether the judge's answer was unparseable."""
+    truth = t.ground_truth["decisive_turn"]
+    return {"truth": truth, "turns": len(t.turns), "judge": judge_turn, "first_error": guess,
+            "first_error_observed": first_error is not None,
+            "first_error_wrong": first_error is None or first_error != truth, "unknown": unknown}
+
+
+def _random_chance(row: dict[str, Any]) -> tuple[float, float]:
+    """A uniformly random turn's chance of being exact and within one turn of the truth."""
+    n, truth = row["turns"], row["truth"]
+    near = sum(1 for i in range(n) if abs(i - truth) <= 1)
+    return 1 / n, near / n
+
+
+def locus_accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Exact and within-one-turn locus accuracy of the judge and two baselines (the first error
+    observation, a uniformly random turn), on all keyed failures and on the subset where the
+    first-error rule is wrong (no error observation, or its first error is not the decisive turn),
+    with counts and 95% intervals: Wilson for the judge and the first-error rule (rollouts as the
+    unit; repeats of an instance are correlated, so the intervals are somewhat optimistic), and for
+    the random turn its expected accuracy (no draw) with a normal interval over failures."""
+    out: dict[str, Any] = {}
+    for subset in LOCUS_SUBSETS:
+        sub = [r for r in rows if subset == "all" or r["first_error_wrong"]]
+        entry: dict[str, Any] = {"n": len(sub)}
+        if subset == "first_error_wrong":
+            entry["no_error_observation"] = sum(not r["first_error_observed"] for r in sub)
+            entry["first_error_not_decisive"] = sum(r["first_error_observed"] for r in sub)
+        for guesser in LOCUS_GUESSERS:
+            scores: dict[str, Any] = {}
+            for metric in ("exact", "within_one"):
+                if not sub:
+                    scores[metric], scores[f"{metric}_ci95"] = None, None
+                    continue
+                if guesser == "random":
+                    value, ci = mean_ci([_random_chance(r)[metric == "within_one"] for r in sub])
+                else:
+                    slack = 0 if metric == "exact" else 1
+                    hits = sum(abs(r[guesser] - r["truth"]) <= slack for r in sub)
+                    value, ci = hits / len(sub), wilson_interval(hits, len(sub))
+                scores[metric], scores[f"{metric}_ci95"] = round(value, 4), [round(ci[0], 4), round(ci[1], 4)]
+            entry[guesser] = scores
+        out[subset] = entry
+    return out
 
 
 # ------------------------------------------------------------------ planning style

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -279,9 +279,9 @@ class Executor:
             cost_usd=round(cost, 8),
             ground_truth=self._ground_truth(family, instance, testbed, passed=error == "none" and bool(outcome and outcome.passed)),
         )
-        if resume is None and error != "infra" and not traj.passed and any(testbed):
-            found = await self._counterfactual(traj, harness, tool_schemas, log)
-            traj = replace(traj, ground_truth={**traj.ground_truth, **found})
+        # The counterfactual answer key (deviations, decisive turn) is not computed here: the per-turn
+        # records above are all it needs, and the analysis that reads it computes it lazily
+        # (`agents.counterfactual`), so a rollout costs only its own model calls.
         log.debug("rollout done", passed=traj.passed, turns=len(turns), error=error)
         return traj
 
@@ -289,7 +289,9 @@ class Executor:
     def _ground_truth(
         family: Any, instance: TaskInstance, testbed: list[dict[str, Any] | None], passed: bool
     ) -> dict[str, Any]:
-        """Trap labels, and what a testbed model recorded per turn; a rollout that passed carries no cause."""
+        """Trap labels, and what a testbed model recorded per turn (its cause, the harness sentences it
+        relied on, the oracle that knows the turn's right action): all that the counterfactual answer
+        key (`counterfactual`) needs to be computed later. A rollout that passed carries no cause."""
         gt = family.answer_key(instance)
         if any(testbed):
             gt["turns"] = [
@@ -297,23 +299,42 @@ class Executor:
             ]
         return gt
 
-    async def _counterfactual(
-        self, traj: Trajectory, harness: Harness, tool_schemas: list[dict[str, Any]], log: Any
-    ) -> dict[str, Any]:
-        """The answer key of a failed testbed rollout: every turn whose calls differ from the fully
-        informed action for the state the model was in (a *deviation*, with the category the model
-        recorded), and the *decisive turn* — the earliest turn whose replacement by that action, with
-        the model's own continuation after it (same seed), makes the rollout pass; None when no single
-        turn does."""
+    async def offered_tools(self, instance: TaskInstance, harness: Harness) -> list[dict[str, Any]]:
+        """The tool schemas a rollout of `instance` under `harness` offers the model: the harness tools
+        the family's environment implements (what `rollout` sends with every model call)."""
+        env = await self._off_loop(get_family(instance.family).make_env, instance)
+        available = {t.impl for t in env.tool_specs()}
+        return [openai_tool(t) for t in harness.tools if t.impl in available]
+
+    async def counterfactual(self, traj: Trajectory, harness: Harness) -> dict[str, Any]:
+        """The answer key of a failed testbed rollout `traj` run under `harness`: every turn whose calls
+        differ from the fully informed action for the state the model was in (a *deviation*, with the
+        category the model recorded), and the *decisive turn* — the earliest turn whose replacement by
+        that action, with the model's own continuation after it (same seed), makes the rollout pass;
+        None when no single turn does. The fully informed action is the answer of the oracle model
+        the testbed recorded for the turn (`ground_truth["turns"][t]["oracle"]`), sent the messages
+        the context policy let the model see then. A model service that stays unavailable ends the
+        search: what was found is returned with `counterfactual_error`. Analysis code only (through
+        `agents.counterfactual`, which caches the result): no rollout computes it."""
+        if harness.id != traj.harness_id:
+            raise ValueError(
+                f"trajectory {traj.instance.id} ran under harness {traj.harness_id[:12]},"
+                f" not {harness.id[:12]}"
+            )
+        log = structlog.get_logger(role="counterfactual", harness_id=harness.id[:12],
+                                   instance=traj.instance.id)
         turns_testbed = traj.ground_truth.get("turns") or []
         positions = assistant_positions(traj.messages)
         deviations: list[dict[str, Any]] = []
         decisive = None
+        tool_schemas: list[dict[str, Any]] | None = None
         try:
             for t, pos in enumerate(positions):
                 info = turns_testbed[t] if t < len(turns_testbed) else None
                 if not info or not info.get("oracle"):
                     continue
+                if tool_schemas is None:
+                    tool_schemas = await self.offered_tools(traj.instance, harness)
                 visible, _ = apply_policy(list(traj.messages[:pos]), harness.context)
                 right = await self._complete(info["oracle"], visible, tool_schemas, traj.seed, log)
                 if same_calls(right.message, traj.messages[pos]):

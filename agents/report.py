@@ -12,6 +12,20 @@ TESTBED_NOTICE = (
     "synthetic/* models are the project's offline testbed: their results test the machinery and "
     "the method's mechanics, they are not evidence about real models"
 )
+# Beside the notice wherever a table shows synthetic imitation/correction arms (DESIGN §5): the rules of
+# `agents.synthetic.learn_adapter` decide those arms by construction.
+SYNTHETIC_ADAPTER_RULES = (
+    "synthetic adapters decide the imitation and correction arms by construction (DESIGN §5): facts stated "
+    "in loss-bearing turns become known; the share of loss-bearing turns that batch several calls becomes "
+    "the adapted model's batching rate, without raising planning capacity; well-formed loss-bearing tool "
+    "calls lower the argument error rate"
+)
+
+
+def synthetic_adapters(model: str, backend: str | None = None) -> bool:
+    """Whether adapters of `model` (trained with `backend`, when known) are synthetic ones, whose
+    outcome `SYNTHETIC_ADAPTER_RULES` decide: a synthetic model's, or any trained by the synthetic backend."""
+    return backend == "synthetic" or (backend is None and str(model).startswith("synthetic/"))
 
 
 def summarise(trajectories: Sequence[Trajectory], *, split: str = "", seed: int = 0) -> EvalSummary:
@@ -35,7 +49,9 @@ def summarise(trajectories: Sequence[Trajectory], *, split: str = "", seed: int 
 
 
 # ------------------------------------------------------------------ the testbed's answer key
-# Analysis code only: these read `Trajectory.ground_truth`, which no role ever receives.
+# Analysis code only: these read `Trajectory.ground_truth`, which no role ever receives. The decisive
+# turn is there only once the counterfactual has been merged in (`agents.counterfactual`): a rollout
+# records the per-turn causes, not the counterfactual.
 
 
 def recorded_causes(t: Trajectory) -> list[dict[str, Any]]:
@@ -44,9 +60,10 @@ def recorded_causes(t: Trajectory) -> list[dict[str, Any]]:
 
 
 def primary_cause(t: Trajectory) -> dict[str, Any] | None:
-    """The cause of a failed rollout: the one recorded at its decisive turn when counterfactual replay
-    found one, else the first recorded cause that was not repaired on the spot (a malformed call that a
-    validation hook bounced was repaired). Real models record none."""
+    """The cause of a failed rollout: the one recorded at its decisive turn when the trajectory carries
+    its counterfactual and replay found one (`agents.counterfactual.with_counterfactuals`), else the
+    first recorded cause that was not repaired on the spot (a malformed call that a validation hook
+    bounced was repaired). Real models record none."""
     causes = recorded_causes(t)
     decisive = t.ground_truth.get("decisive_turn")
     at_decisive = [c for c in causes if c["turn"] == decisive]
@@ -60,7 +77,8 @@ def primary_cause(t: Trajectory) -> dict[str, Any] | None:
 
 
 def failure_causes(trajectories: Sequence[Trajectory]) -> dict[str, int]:
-    """The primary cause of each failed trajectory, by category."""
+    """The primary cause of each failed trajectory, by category (decisive-turn causes for trajectories
+    that carry their counterfactual, the first unrepaired cause for the others: see `primary_cause`)."""
     out: Counter[str] = Counter()
     for t in trajectories:
         if t.passed or t.error == "infra":

@@ -3,7 +3,10 @@
 (a) pool throughput (2 workers, zero-latency synthetic model) / a bare in-process loop that calls the
     same environment and the same synthetic policy directly (no executor, no litellm, no Ray);
 (b) with a simulated model latency L per call and C rollouts in flight: achieved model calls/s divided
-    by the ideal C/L (target >= 0.8 at C=16, L=200 ms);
+    by the ideal C/L (target >= 0.8 at C=16, L=200 ms). The calls counted are the rollouts' recorded
+    turns; the same jobs run once in-process through the same executor with a counting client, and
+    the bench stops unless the model calls made equal the turns counted (one call per turn: a rollout
+    makes no hidden calls, e.g. the testbed's counterfactual, which analysis computes lazily);
 (c) the gateway's CPU time per model call, beside litellm's own `mock_response` call;
 (d) blocking tools: C rollouts of the code-refactoring family (tests run in the sandbox's subprocess)
     and of the browser family on headless Chromium, in flight at once on one executor — one event
@@ -116,6 +119,33 @@ class CountingClient:
     async def acomplete(self, *args: Any, **kw: Any) -> Any:
         self.calls += 1
         return await self.inner.acomplete(*args, **kw)
+
+
+def calls_per_turn(instances: list[Any], harness: Any) -> tuple[int, int]:
+    """(model calls made, turns recorded) by the executor for these rollouts (seed 0, zero latency, in
+    process): the work case (b) times in the pool, counted at the client."""
+    from agents.executor import Executor
+    from services.gateway import Gateway
+
+    client = CountingClient(Gateway())
+
+    async def all_of_them() -> list[Any]:
+        ex = Executor(client)
+        try:
+            return await asyncio.gather(*(ex.rollout(i, harness, MODEL, 0) for i in instances))
+        finally:
+            ex.close()
+
+    before = os.environ.get(LATENCY_ENV)
+    os.environ[LATENCY_ENV] = "0"
+    try:
+        trajs = asyncio.run(all_of_them())
+    finally:
+        if before is None:
+            del os.environ[LATENCY_ENV]
+        else:
+            os.environ[LATENCY_ENV] = before
+    return client.calls, sum(len(t.turns) for t in trajs)
 
 
 def ideal_makespan(bounds: list[float], concurrency: int) -> float:
@@ -303,6 +333,9 @@ def plumbing(args: argparse.Namespace, cases: set[str]) -> dict[str, Any]:
         }
     if "latency" in cases:
         say("(b) pool under model latency")
+        made, counted = calls_per_turn(instances, harness)
+        # the calls timed must be the calls counted: one model call per recorded turn, nothing hidden
+        assert made == counted, f"the executor made {made} model calls for {counted} recorded turns"
         latency_s = args.latency_ms / 1000
         slow = RolloutPool(2, env={LATENCY_ENV: str(args.latency_ms)})
         slow.run(jobs[:2])
@@ -310,11 +343,13 @@ def plumbing(args: argparse.Namespace, cases: set[str]) -> dict[str, Any]:
         trajs = slow.run(jobs, max_in_flight=args.concurrency)
         slow_s = time.perf_counter() - t
         slow.shutdown()
-        achieved = sum(len(tr.turns) for tr in trajs) / slow_s
+        pool_turns = sum(len(tr.turns) for tr in trajs)
+        assert pool_turns == counted, (pool_turns, counted)  # the pool ran the same rollouts
+        achieved = pool_turns / slow_s
         ideal = args.concurrency / latency_s
         out["latency"] = {
             "concurrency": args.concurrency, "latency_ms": args.latency_ms, "ratio": round(achieved / ideal, 3),
-            "calls_per_s": round(achieved, 2), "ideal_calls_per_s": round(ideal, 2),
+            "calls_per_s": round(achieved, 2), "ideal_calls_per_s": round(ideal, 2), "model_calls": made,
         }
     if "gateway" in cases:
         say("(c) gateway CPU per call")
@@ -335,7 +370,8 @@ def print_plumbing(record: dict[str, Any], args: argparse.Namespace) -> None:
         b = record["latency"]
         print(
             f"(b) achieved / ideal C/L at C={b['concurrency']}, L={b['latency_ms']:.0f} ms: {b['ratio']:.3f}"
-            f"  [{b['calls_per_s']:.1f} of {b['ideal_calls_per_s']:.1f} calls/s]"
+            f"  [{b['calls_per_s']:.1f} of {b['ideal_calls_per_s']:.1f} calls/s; "
+            f"{b['model_calls']} model calls, one per recorded turn]"
         )
     if "gateway" in record:
         c = record["gateway"]

@@ -5,7 +5,6 @@ crash redoes none of them."""
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import Any
 import structlog
 
 from agents.correction import ARMS, BuildConfig, DatasetBuilder
-from agents.report import TESTBED_NOTICE
+from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from agents.stats import paired_difference, pass_rate
 from cluster.jobs import use_store, validate_model
 
@@ -183,45 +182,93 @@ def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, ad
         **{label: {k: v for k, v in r.as_json().items() if k != "per_instance"} for label, r in rates.items()},
         "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)],
     }
+    if model.startswith("synthetic/"):
+        out["notice"] = TESTBED_NOTICE
+    if synthetic_adapters(model):
+        out["adapter_rules"] = SYNTHETIC_ADAPTER_RULES
     store.finish_run(run_id, "done", out)
     return out
 
 
 # ------------------------------------------------------------------------------- judge accuracy
-def judge_accuracy(store_path: Path, family: str, judge: str, *, model: str = "synthetic/weak", split: str = "test",
-                   n: int | None = None, repeats: int = 2, seed: int = 0, workers: int = 2,
-                   address: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+def judge_families(family: str) -> list[str]:
+    """`--family` of `coevolve judge accuracy`: one family, several comma-separated, or `all` (the
+    seven testbed families). Unknown names raise ValueError."""
+    from tasks import family_names, get_family
+
+    names = family_names() if family.strip() == "all" else [f.strip() for f in family.split(",") if f.strip()]
+    if not names:
+        raise ValueError("--family names no family")
+    for f in names:
+        get_family(f)
+    return list(dict.fromkeys(names))
+
+
+def judge_accuracy(store_path: Path, families: str | list[str], judge: str, *, model: str = "synthetic/weak",
+                   split: str = "test", n: int | None = None, repeats: int = 2, seed: int = 0,
+                   workers: int = 2, address: str | None = None,
+                   progress: Progress | None = None) -> dict[str, Any]:
     """A judge's failure-locus accuracy against the testbed's decisive turns (the answer key, read here
-    by analysis code only), exact and within one turn, beside two baselines measured on the same
-    failures: a random turn and the rule-based first guess (the first error observation)."""
+    by analysis code only), per family: exact and within one turn, beside two baselines measured on
+    the same failures — a uniformly random turn and the rule-based first guess (the first error
+    observation) — on all keyed failures and on the subset where the first-error rule is wrong (no
+    error observation, or its first error is not the decisive turn), where a judge has to do better
+    than the rule (`agents.analysis.locus_accuracy`). Decisive turns come through the lazy, cached
+    counterfactual (`agents.counterfactual.with_counterfactuals`, cached in the store)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from agents.analysis import answer_key_category, cohen_kappa, confusion, locus_accuracy, locus_row
+    from agents.counterfactual import with_counterfactuals
     from agents.judge import rule_based_guess
+    from agents.transcript import first_error_turn
     from cluster.runtime import start_ray
+    from harness_store.codec import decode, encode
     from harness_store.store import HarnessStore
+    from services.gateway import Gateway
     from services.pool import RolloutJob, RolloutPool
     from services.roles import RolePool
     from tasks import get_family
 
-    fam = get_family(family)
+    names = judge_families(families) if isinstance(families, str) else list(families)
     validate_model(judge)
-    instances = fam.generate(split, n)
+    harnesses = {f: get_family(f).baseline_harness() for f in names}
+    instances = {f: get_family(f).generate(split, n) for f in names}
     store = HarnessStore(store_path, create=True)
-    run_id = store.create_run("judge-accuracy", {"family": family, "judge": judge, "model": model, "split": split,
-                                                  "n": len(instances), "repeats": repeats})
+    run_id = store.create_run("judge-accuracy", {"families": names, "judge": judge, "model": model,
+                                                  "split": split, "n": n, "repeats": repeats, "seed": seed})
+    for h in harnesses.values():
+        store.put_harness(h, rationale="judge accuracy harness")
     start_ray(address)
     pool = RolloutPool(workers)
     judges = RolePool("judge", judge, workers)
+    per_family: dict[str, dict[str, Any]] = {}
     try:
-        h = fam.baseline_harness()
-        trajs = pool.run([RolloutJob(i, h, model, seed + r) for r in range(repeats) for i in instances])
-        store.put_trajectories(run_id, trajs, batch="rollouts")
-        keyed = [t for t in trajs if not t.passed and t.error != "infra" and t.ground_truth.get("decisive_turn") is not None]
-        if not keyed:
-            raise ValueError(f"no failed {model} rollout with a decisive turn on {family} {split}: nothing to score")
+        jobs = [RolloutJob(i, harnesses[f], model, seed + r)
+                for f in names for r in range(repeats) for i in instances[f]]
         if progress:
-            progress({"stage": "judging", "failures": len(keyed)})
-        from harness_store.codec import decode, encode
+            progress({"stage": f"rollouts: {len(jobs)} of {model} on {', '.join(names)}"})
+        trajs = pool.run(jobs)
+        keyed: dict[str, list[Any]] = {}
+        failures: dict[str, int] = {}
+        for f in names:
+            mine = [t for t in trajs if t.instance.family == f]
+            store.put_trajectories(run_id, mine, batch=f"rollouts:{f}")
+            failed = [t for t in mine if not t.passed and t.error != "infra"]
+            failures[f] = len(failed)
+            if progress:
+                progress({"stage": f"counterfactuals: {f} ({len(failed)} failures)"})
+            done = with_counterfactuals(failed, harnesses[f], store=store, client=Gateway())
+            keyed[f] = [t for t in done if t.ground_truth.get("decisive_turn") is not None]
+            lost = sum("counterfactual_error" in t.ground_truth for t in done)
+            per_family[f] = {"counterfactual_errors": lost}
+        everything = [t for f in names for t in keyed[f]]
+        if not everything:
+            raise ValueError(
+                f"no failed {model} rollout with a decisive turn on {', '.join(names)} {split}:"
+                " nothing to score"
+            )
+        if progress:
+            progress({"stage": "judging", "failures": len(everything)})
 
         def judged(t: Any) -> tuple[Any, Any]:
             view = encode(t.public_view())
@@ -229,35 +276,29 @@ def judge_accuracy(store_path: Path, family: str, judge: str, *, model: str = "s
             return decode(locus), decode(judges.call("classify", view, locus)[0])
 
         with ThreadPoolExecutor(workers * 4) as ex:
-            verdicts = list(ex.map(judged, keyed))
-        loci = [v[0] for v in verdicts]
+            verdicts = dict(zip((id(t) for t in everything), ex.map(judged, everything), strict=True))
     finally:
         pool.shutdown()
         judges.shutdown()
-    rng = random.Random(seed)
-    rows = []
-    for t, locus in zip(keyed, loci):
-        truth = t.ground_truth["decisive_turn"]
-        rows.append({"truth": truth, "judge": locus.turn_index, "random": rng.randrange(len(t.turns)),
-                     "first_error": rule_based_guess(t)[0], "unknown": locus.reason.startswith("unknown")})
-
-    def acc(key: str) -> dict[str, float]:
-        return {"exact": round(sum(r[key] == r["truth"] for r in rows) / len(rows), 4),
-                "within_one": round(sum(abs(r[key] - r["truth"]) <= 1 for r in rows) / len(rows), 4)}
-
-    from agents.analysis import answer_key_category, cohen_kappa, confusion
-
-    pairs = [(answer_key_category(t), label.category) for t, (_, label) in zip(keyed, verdicts)]
-    pairs = [(a, b) for a, b in pairs if a is not None]
-    out = {
-        "run_id": run_id, "family": family, "judge": judge, "model": model, "split": split,
-        "failures": sum(1 for t in trajs if not t.passed and t.error != "infra"), "with_decisive_turn": len(rows),
-        "judge_accuracy": acc("judge"), "random_turn": acc("random"), "first_error_observation": acc("first_error"),
-        "unparseable": sum(r["unknown"] for r in rows),
-        "category_accuracy": round(sum(a == b for a, b in pairs) / len(pairs), 4) if pairs else None,
-        "category_kappa": round(cohen_kappa(pairs), 4), "confusion": confusion(pairs),
-        "notice": TESTBED_NOTICE,
-    }
+    for f in names:
+        rows, pairs = [], []
+        for t in keyed[f]:
+            locus, label = verdicts[id(t)]
+            rows.append(locus_row(t, locus.turn_index, first_error_turn(t), rule_based_guess(t)[0],
+                                  unknown=locus.reason.startswith("unknown")))
+            truth_category = answer_key_category(t)
+            if truth_category is not None:
+                pairs.append((truth_category, label.category))
+        per_family[f] = {
+            "family": f, "instances": len(instances[f]), "rollouts": len(instances[f]) * repeats,
+            "failures": failures[f], "with_decisive_turn": len(rows), **per_family[f],
+            "loci": locus_accuracy(rows) if rows else None,
+            "unparseable": sum(r["unknown"] for r in rows),
+            "category_accuracy": round(sum(a == b for a, b in pairs) / len(pairs), 4) if pairs else None,
+            "category_kappa": round(cohen_kappa(pairs), 4), "confusion": confusion(pairs),
+        }
+    out = {"run_id": run_id, "families": per_family, "judge": judge, "model": model, "split": split, "n": n,
+           "repeats": repeats, "seed": seed, "notice": TESTBED_NOTICE}
     store.finish_run(run_id, "done", out)
     return out
 

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from cluster.cli import DEFAULT_STORE, JsonOpt, SeedOpt, StoreOpt, UsageError, _echo_json, cli_errors
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
@@ -187,6 +188,9 @@ def adapt_cmd(
     result = evaluate_adapter(store, family, h, eval_model or model, adapter.id, n=test_n, repeats=repeats, seed=seed,
                               workers=workers, in_flight=in_flight, address=address)
     out = {"dataset": manifest, "adapter": {"id": adapter.id, "path": adapter.path, "metrics": adapter.metrics}, "eval": result}
+    rules = synthetic_adapters(model, backend)
+    if rules:
+        out["adapter_rules"] = SYNTHETIC_ADAPTER_RULES
     if as_json:
         _echo_json(out)
         return
@@ -199,16 +203,22 @@ def adapt_cmd(
         f"+{adapter.id} {a['pass_at_1']:.1%} [{a['ci95'][0]:.0%}, {a['ci95'][1]:.0%}], "
         f"gain {result['gain'] * 100:+.1f} pts [{result['gain_ci95'][0] * 100:+.1f}, {result['gain_ci95'][1] * 100:+.1f}]"
     )
+    if synthetic:
+        console.print(f"[dim]note: {TESTBED_NOTICE}[/dim]")
+    if rules:
+        console.print(f"[dim]note: {SYNTHETIC_ADAPTER_RULES}[/dim]")
 
 
 @judge_app.command("accuracy")
 @cli_errors
 def judge_accuracy_cmd(
-    family: FamilyOpt = "iot",
+    family: Annotated[str, typer.Option(
+        "--family", help="a task family, several comma-separated, or 'all'")] = "iot",
     judge: JudgeOpt = "synthetic/judge",
     model: Annotated[str, typer.Option("--model", help="whose failures are judged (a synthetic model: the answer key)")] = "synthetic/weak",
     split: Annotated[str, typer.Option("--split")] = "test",
-    n: Annotated[int | None, typer.Option("--n", help="instances (default: the whole split)")] = None,
+    n: Annotated[int | None, typer.Option(
+        "--n", help="instances per family (default: the whole split)")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="rollouts per instance")] = 2,
     workers: WorkersOpt = 2,
     address: AddressOpt = None,
@@ -216,41 +226,80 @@ def judge_accuracy_cmd(
     store: StoreOpt = DEFAULT_STORE,
     as_json: JsonOpt = False,
 ) -> None:
-    """Failure-locus accuracy of a judge against the testbed's decisive turns, with two baselines."""
-    from cluster.adapt import judge_accuracy
+    """Failure-locus accuracy of a judge against the testbed's decisive turns, per family, beside the
+    random-turn and first-error baselines, on all keyed failures and where the first-error rule is wrong."""
+    from cluster.adapt import judge_accuracy, judge_families
     from tasks import get_family
 
     if not model.startswith("synthetic/"):
         raise UsageError("the answer key exists for synthetic models only: --model must be synthetic/...")
-    fam = get_family(family)
-    fam.generate(split, n)  # validates split and n
-    out = judge_accuracy(store, family, judge, model=model, split=split, n=n, repeats=repeats, seed=seed,
+    try:
+        families = judge_families(family)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    for f in families:
+        get_family(f).generate(split, n)  # validates split and n
+    out = judge_accuracy(store, families, judge, model=model, split=split, n=n, repeats=repeats, seed=seed,
                          workers=workers, address=address, progress=_Stage(not as_json))
     if as_json:
         _echo_json(out)
         return
+    print_judge_accuracy(out)
+
+
+def _acc(a: dict[str, Any], metric: str) -> str:
+    if a[metric] is None:
+        return "-"
+    lo, hi = a[f"{metric}_ci95"]
+    return f"{a[metric]:.0%} [{lo:.0%}, {hi:.0%}]"
+
+
+def print_judge_accuracy(out: dict[str, Any]) -> None:
+    """The judge-accuracy table: per family and subset, exact and within-one locus accuracy of the
+    judge beside the first-error and random-turn baselines; then category agreement per family."""
+    from rich.table import Table
+
     from cluster.display import console
 
-    console.print(f"{family} {split}: {out['with_decisive_turn']} failed {model} rollouts with a decisive turn "
-                  f"(of {out['failures']} failures)")
-    for label, key in (("judge " + judge, "judge_accuracy"), ("random turn", "random_turn"),
-                       ("first error observation", "first_error_observation")):
-        a = out[key]
-        console.print(f"  {label:32s} exact {a['exact']:.1%}  within one turn {a['within_one']:.1%}")
-    if out["category_accuracy"] is not None:
-        console.print(f"  failure categories: accuracy {out['category_accuracy']:.1%}, Cohen's kappa {out['category_kappa']:.2f} "
-                      "(MAST reports 0.77 for its best LLM judge against humans)")
-        from rich.table import Table
-
-        cats = list(out["confusion"])
-        t = Table(title="answer key (rows) x judge (columns)")
-        t.add_column("")
-        for c in cats:
-            t.add_column(c)
-        for truth, row in out["confusion"].items():
+    t = Table(title=f"failure-locus accuracy of {out['judge']} on {out['model']} failures "
+                    f"({out['split']} split, {out['repeats']} seeds per instance): exact | within one turn "
+                    "[95% CI]")
+    for col in ("family", "failures", "subset", "n", "judge exact", "judge ±1", "first error exact",
+                "first error ±1", "random exact", "random ±1"):
+        t.add_column(col)
+    for f, r in out["families"].items():
+        loci = r.get("loci")
+        if not loci:
+            t.add_row(f, str(r["failures"]), "no decisive turn", "0", *["-"] * 6)
+            continue
+        for subset, label in (("all", "all keyed"), ("first_error_wrong", "first error wrong")):
+            s = loci[subset]
+            if subset == "first_error_wrong":
+                label += f" ({s['no_error_observation']} none, {s['first_error_not_decisive']} not decisive)"
+            first = subset == "all"
+            t.add_row(f if first else "", f"{r['with_decisive_turn']} of {r['failures']}" if first else "",
+                      label, str(s["n"]), *(_acc(s[g], m) for g in ("judge", "first_error", "random")
+                                            for m in ("exact", "within_one")))
+    console.print(t)
+    for f, r in out["families"].items():
+        extra = f", {r['unparseable']} unparseable judge answers" if r.get("unparseable") else ""
+        lost = r.get("counterfactual_errors")
+        errors = f", {lost} counterfactuals lost to model errors" if lost else ""
+        if r.get("category_accuracy") is not None:
+            console.print(f"  {f}: failure categories: accuracy {r['category_accuracy']:.1%}, "
+                          f"Cohen's kappa {r['category_kappa']:.2f}{extra}{errors}")
+    console.print("  (MAST reports kappa 0.77 for its best LLM judge against humans)")
+    if len(out["families"]) == 1:
+        r = next(iter(out["families"].values()))
+        cats = list(r["confusion"])
+        c = Table(title="answer key (rows) x judge (columns)")
+        c.add_column("")
+        for cat in cats:
+            c.add_column(cat)
+        for truth, row in r["confusion"].items():
             if any(row.values()):
-                t.add_row(truth, *(str(row[c]) for c in cats))
-        console.print(t)
+                c.add_row(truth, *(str(row[cat]) for cat in cats))
+        console.print(c)
     console.print(f"[dim]note: {out['notice']}[/dim]")
 
 
@@ -276,9 +325,16 @@ def experiment_paper(
     if as_json:
         _echo_json(out)
         return
-    from cluster.display import experiment_table
+    print_experiment(out)
+
+
+def print_experiment(out: dict[str, Any]) -> None:
+    """The experiment's table, its testbed notice and, for synthetic arms, the rules that decide them."""
+    from cluster.display import console, experiment_table
 
     experiment_table(out)
+    if out.get("adapter_rules"):
+        console.print(f"[dim]note: {out['adapter_rules']}[/dim]")
 
 
 def report_cmd(

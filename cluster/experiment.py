@@ -24,7 +24,7 @@ import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agents.report import TESTBED_NOTICE
+from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from agents.stats import pass_rate
 
 log = structlog.get_logger(role="experiment")
@@ -259,6 +259,8 @@ class Experiment:
                "cells_done": len(self.done), "cells_total": len(cells(self.cfg)) + 9 * len(self.cfg.families)}
         if any(m.startswith("synthetic/") for m in (self.cfg.weak, self.cfg.expert)):
             out["notice"] = TESTBED_NOTICE
+        if synthetic_adapters(self.cfg.weak, self.cfg.train.backend):
+            out["adapter_rules"] = SYNTHETIC_ADAPTER_RULES
         return out
 
 

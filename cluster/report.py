@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.analysis import FINGERPRINT, composition, drift, fingerprint, hard_failures
-from agents.report import TESTBED_NOTICE
+from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from harness_store.values import FAILURE_CATEGORIES
 
 ARMS = (("weak", "base"), ("weak", "imitation"), ("weak", "correction"), ("expert", "base"))
@@ -261,7 +261,9 @@ def render(data: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         lineage_md.append(f"### {f}: val {lin['val'][0]:.0%} -> {lin['val'][1]:.0%}\n" + "\n".join(
             f"- it {d['iteration']}: **{d['outcome']}** {d.get('rationale', '')} (wins {d['wins']}, losses {d['losses']}, p={d['p_value']})"
             for d in lin["decisions"]))
+    rules = synthetic_adapters(cfg.get("weak", ""), (cfg.get("train") or {}).get("backend"))
     notice = f"<p class='notice'>Note: {TESTBED_NOTICE}.</p>" if synthetic else ""
+    rules_line = f"<p class='notice'>Note: {SYNTHETIC_ADAPTER_RULES}.</p>" if rules else ""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table[0])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in table[1:])
     comp_rows = "".join(
@@ -280,7 +282,7 @@ li.reject{{color:#a33}}li.accept{{color:#285}}</style></head><body>
 <h1>coevolve experiment {html.escape(cfg.get('name', ''))} — run {data['run_id']}</h1>{notice}
 <p>weak {html.escape(cfg['weak'])}, expert {html.escape(cfg['expert'])}, proposer {html.escape(cfg['proposer'])},
 judge {html.escape(cfg['judge'])}; {cfg['repeats']} seeds per test instance.</p>
-<h2>Main table: test pass@1 [95% CI]</h2><table><tr>{head}</tr>{body}</table>
+<h2>Main table: test pass@1 [95% CI]</h2><table><tr>{head}</tr>{body}</table>{rules_line}
 <h2>Failure composition</h2><table><tr><th>model | harness | weights</th><th>hard failures</th>
 {''.join(f'<th>{c}</th>' for c in FAILURE_CATEGORIES)}</tr>{comp_rows}</table>
 <h2>Planning drift</h2><table><tr><th>family</th><th>harness</th><th>arm</th><th>distance</th>
@@ -295,6 +297,8 @@ judge {html.escape(cfg['judge'])}; {cfg['repeats']} seeds per test instance.</p>
         md += [f"> Note: {TESTBED_NOTICE}.", ""]
     md += ["## Main table: test pass@1 [95% CI]", "", "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
     md += ["| " + " | ".join(r) + " |" for r in table[1:]]
+    if rules:
+        md += ["", f"> Note: {SYNTHETIC_ADAPTER_RULES}."]
     md += ["", "## Failure composition", "", "| model / harness / weights | hard failures | " + " | ".join(FAILURE_CATEGORIES) + " |",
            "|" + "---|" * (2 + len(FAILURE_CATEGORIES))]
     md += [f"| {k} | {n} | " + " | ".join(f"{s[c]:.0%}" for c in FAILURE_CATEGORIES) + " |" for k, s, n in comp]
@@ -303,8 +307,10 @@ judge {html.escape(cfg['judge'])}; {cfg['repeats']} seeds per test instance.</p>
     md += ["## Lineage", ""] + lineage_md
     md_path = out_dir / "report.md"
     md_path.write_text("\n".join(md) + "\n")
-    (out_dir / "report.json").write_text(json.dumps({"run_id": data["run_id"], "table": table,
-                                                     "composition": {k: s for k, s, _ in comp}}, indent=1))
+    summary = {"run_id": data["run_id"], "table": table, "composition": {k: s for k, s, _ in comp}}
+    if rules:
+        summary["adapter_rules"] = SYNTHETIC_ADAPTER_RULES
+    (out_dir / "report.json").write_text(json.dumps(summary, indent=1))
     return html_path, md_path
 
 
@@ -364,7 +370,10 @@ def write_run_report(store: Any, run_id: str, result: dict[str, Any] | None = No
     ax.set_ylabel("test pass@1 (95% CI)")
     ax.legend(fontsize=7)
     svg = _svg(fig)
+    weak = cfg.get("weak") or {}
+    rules = synthetic_adapters(str(weak.get("model", "")), (cfg.get("train") or {}).get("backend"))
     notice = f"<p class='notice'>Note: {TESTBED_NOTICE}.</p>" if synthetic else ""
+    rules_line = f"<p class='notice'>Note: {SYNTHETIC_ADAPTER_RULES}.</p>" if rules else ""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table[0])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in table[1:])
     items = "".join(f"<li><code>{html.escape(k)}</code> {html.escape(t)}</li>" for k, t in decisions)
@@ -375,7 +384,7 @@ def write_run_report(store: Any, run_id: str, result: dict[str, Any] | None = No
 table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 8px}}
 .notice{{background:#fff3cd;border:1px solid #e0c36b;padding:.6em}}figure svg{{max-width:100%;height:auto}}</style></head><body>
 <h1>coevolve run {run_id} ({html.escape(cfg.get('name', ''))})</h1>{notice}<p>stopped: {html.escape(stop)}</p>
-<h2>Held-out test split: pass@1 [95% CI]</h2><table><tr>{head}</tr>{body}</table>
+<h2>Held-out test split: pass@1 [95% CI]</h2><table><tr>{head}</tr>{body}</table>{rules_line}
 <figure id="pass-rates">{svg}</figure><h2>Decisions</h2><ul>{items}</ul>
 <h2>Wall time per stage</h2><table>{costs}</table></body></html>"""
     html_path = out_dir / "report.html"
@@ -387,6 +396,8 @@ table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;pad
     md += [f"stopped: {stop}", "", "## Held-out test split: pass@1 [95% CI]", "",
            "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in table[1:]]
+    if rules:
+        md += ["", f"> Note: {SYNTHETIC_ADAPTER_RULES}."]
     md += ["", "![pass rates](pass-rates.svg)", "", "## Decisions", ""] + [f"- `{k}` {t}" for k, t in decisions]
     md += ["", "## Wall time per stage", ""] + [f"- {k}: {v:.0f} s" for k, v in sorted(cost.items())]
     md_path = out_dir / "report.md"

@@ -4,7 +4,7 @@ One directory holds everything the system records:
 
 ```
 <root>/store.db            sqlite (WAL): harness records, aliases, runs, trajectory batches, events,
-                           adapters, schema version
+                           adapters, the counterfactual cache, schema version
 <root>/objects/ab/<sha256> immutable blobs named by the sha256 of their bytes (encoded values,
                            trajectory batches), written atomically (tmp file + fsync + os.replace)
 <root>/quarantine/         corrupt objects moved aside by `check(repair=True)`
@@ -23,6 +23,10 @@ A harness record's `parent`, `edit` and `rationale` live here, never in the valu
 Runs record their owner (pid, host, process start time) when created or claimed. `claim_run` gives
 one process at a time a `Lease` on a run (a `done` run is refused; a claim whose owner is gone is
 taken over); `check()` verifies every record and object and finds runs whose owner died.
+
+The counterfactual cache holds the testbed's counterfactual answer key of a failed synthetic
+rollout (deviations, decisive turn), keyed by trajectory id and harness id: analysis code computes it
+lazily (`agents.counterfactual`) and keeps it here, so it is computed once per trajectory.
 
 A directory without store.db opens as a new store when it is empty or holds only the project's own
 subfolders (`STORE_SUBFOLDERS`: models/, adapters/, datasets/, train_runs/), so that
@@ -57,7 +61,7 @@ from typing import Any, Self, TypeVar
 from harness_store.codec import CodecError, decode, encode
 from harness_store.values import AdapterRef, Harness, HarnessEdit, Trajectory
 
-SCHEMA_VERSION = 2  # 2: runs record their owner (pid, host), updated time and lease
+SCHEMA_VERSION = 3  # 2: runs record their owner (pid, host), updated time and lease; 3: counterfactual cache
 DB_NAME = "store.db"
 OBJECTS = "objects"
 QUARANTINE = "quarantine"
@@ -138,8 +142,18 @@ CREATE TABLE IF NOT EXISTS adapters (
     value   BLOB NOT NULL,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS counterfactuals (
+    trajectory_id TEXT NOT NULL,
+    harness_id    TEXT NOT NULL,
+    value         TEXT NOT NULL,
+    created       REAL NOT NULL,
+    PRIMARY KEY (trajectory_id, harness_id)
+);
 """
-_TABLES = frozenset({"meta", "harnesses", "aliases", "runs", "trajectory_batches", "events", "adapters"})
+_COUNTERFACTUALS_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS counterfactuals") :].strip()
+_TABLES_V2 = frozenset({"meta", "harnesses", "aliases", "runs", "trajectory_batches", "events", "adapters"})
+_TABLES = _TABLES_V2 | {"counterfactuals"}  # schema 3 added the counterfactual cache
+_KEYS_PER_QUERY = 400  # sqlite's bound parameters per statement stay well under its limit
 # Folders the project keeps inside a store (`coevolve models make-tiny .coevolve/models/tiny`, adapters,
 # datasets, training checkpoints). A directory without store.db that holds only these is a fresh store,
 # not a stranger's folder: it is initialised like an empty one.
@@ -325,6 +339,7 @@ class HarnessStore:
         self.read_only: str | None = None  # why the store is read-only, None when writable
         self._uri: str | None = None  # read-only connections open this URI
         self._v1 = False  # a schema-1 store opened read-only (not migrated): runs have no owner columns
+        self._no_counterfactuals = False  # a schema-1/2 store opened read-only: no counterfactual cache
         self._open()
 
     # -- opening -------------------------------------------------------------------------------
@@ -466,18 +481,19 @@ class HarnessStore:
             if row is None:  # the schema is created in one transaction, so this is a foreign db
                 raise StoreError(f"{str(self.db_path)!r} has no harness store schema version")
             version = int(row[0])
-            if version not in (1, SCHEMA_VERSION):
+            if version not in (1, 2, SCHEMA_VERSION):
                 raise StoreError(
                     f"{str(self.db_path)!r} has schema version {version}; this code reads {SCHEMA_VERSION}"
                 )
-            missing = _TABLES - tables
+            missing = (_TABLES if version >= 3 else _TABLES_V2) - tables
             if missing:
                 raise StoreError(f"{str(self.db_path)!r} lacks tables {sorted(missing)}")
-            if version == 1:
+            if version < SCHEMA_VERSION:
                 if self.read_only is not None:
-                    self._v1 = True
+                    self._v1 = version == 1
+                    self._no_counterfactuals = True
                 else:
-                    self._transact(conn, _migrate_v1)
+                    self._transact(conn, _migrate)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{str(self.db_path)!r} is not a readable harness store: {e}") from None
 
@@ -1137,6 +1153,51 @@ class HarnessStore:
             raise StoreError(f"adapter record holds a {type(value).__name__}")
         return value
 
+    # -- counterfactual cache ------------------------------------------------------------------
+    def get_counterfactuals(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """The cached counterfactual answer keys among `keys` ((trajectory id, harness id) pairs): the
+        ones present, by key (a store too old to hold the cache, opened read-only, has none)."""
+        wanted = set(keys)
+        if not wanted or self._no_counterfactuals:
+            return {}
+        ids = sorted({tid for tid, _ in wanted})
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for i in range(0, len(ids), _KEYS_PER_QUERY):
+            chunk = ids[i : i + _KEYS_PER_QUERY]
+            rows = self._read(
+                "SELECT trajectory_id, harness_id, value FROM counterfactuals"
+                f" WHERE trajectory_id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            for tid, hid, value in rows:
+                if (tid, hid) in wanted:
+                    out[(str(tid), str(hid))] = json.loads(value)
+        return out
+
+    def put_counterfactuals(self, values: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """Cache counterfactual answer keys by (trajectory id, harness id), in one transaction; putting
+        a key again replaces its value."""
+        rows = []
+        for key, value in values.items():
+            if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) and k for k in key)):
+                raise StoreError(f"a counterfactual is keyed by (trajectory id, harness id), not {key!r}")
+            if not isinstance(value, dict):
+                raise StoreError(f"a counterfactual is a dict, not {type(value).__name__}")
+            rows.append((key[0], key[1], _dumps(value, "counterfactual")))
+        if not rows:
+            return
+        self._require_writable("cache counterfactuals")
+
+        def insert(c: sqlite3.Connection) -> None:
+            now = time.time()
+            c.executemany(
+                "INSERT INTO counterfactuals(trajectory_id, harness_id, value, created) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(trajectory_id, harness_id) DO UPDATE SET value = excluded.value",
+                [(*r, now) for r in rows],
+            )
+
+        self._write(insert)
+
     # -- maintenance ---------------------------------------------------------------------------
     def integrity_check(self) -> str:
         """sqlite's `PRAGMA integrity_check` ('ok' when the database is sound)."""
@@ -1432,16 +1493,22 @@ def _new_run_id(kind: str) -> str:
     return f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
 
 
-def _migrate_v1(c: sqlite3.Connection) -> None:
-    """Schema 1 -> 2: runs gain owner, lease and updated columns (idempotent under concurrent openers)."""
+def _migrate(c: sqlite3.Connection) -> None:
+    """Bring an older schema to `SCHEMA_VERSION`, one step at a time (idempotent under concurrent
+    openers: the version is read again inside the write transaction).
+    1 -> 2: runs gain owner, lease and updated columns. 2 -> 3: the counterfactual cache table."""
     row = c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-    if row is None or int(row[0]) != 1:
+    if row is None or int(row[0]) >= SCHEMA_VERSION:
         return
-    have = {r[1] for r in c.execute("PRAGMA table_info(runs)")}
-    for name, typ in _RUN_V2_COLUMNS:
-        if name not in have:
-            c.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
-    c.execute("UPDATE runs SET updated = COALESCE(finished, created) WHERE updated IS NULL")
+    version = int(row[0])
+    if version == 1:
+        have = {r[1] for r in c.execute("PRAGMA table_info(runs)")}
+        for name, typ in _RUN_V2_COLUMNS:
+            if name not in have:
+                c.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
+        c.execute("UPDATE runs SET updated = COALESCE(finished, created) WHERE updated IS NULL")
+    if version <= 2:
+        c.execute(_COUNTERFACTUALS_TABLE)
     c.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
 
 

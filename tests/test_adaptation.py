@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.correction import BuildConfig, DatasetBuilder
+from agents.counterfactual import with_counterfactuals
 from agents.executor import Completion, assistant_positions
 from agents.expert import ExpertRewriter
 from agents.judge import Judge
@@ -38,7 +39,7 @@ class Recorded:
 @pytest.fixture(scope="module")
 def weak_failures():
     trajs = rollout_all(FAM.generate("train", 40), H, "synthetic/weak")
-    return [t for t in trajs if not t.passed]
+    return with_counterfactuals([t for t in trajs if not t.passed], H)  # with the whole answer key, to leak
 
 
 # ------------------------------------------------------------------ recorded answers
@@ -254,3 +255,79 @@ def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tm
     assert killed.is_set() and judges.replacements >= 1 and experts.replacements >= 1
     assert [r.to_json() for r in rows] == [r.to_json() for r in expected]
     assert len(journal) == len(set(journal))  # nothing handled twice
+
+
+# ------------------------------------------------------------------ judge accuracy
+def test_locus_accuracy_scores_each_guesser_on_all_failures_and_where_the_first_error_rule_is_wrong():
+    from agents.analysis import locus_accuracy
+
+    def row(truth, judge, first_error, observed, turns=5):
+        return {"truth": truth, "turns": turns, "judge": judge, "first_error": first_error,
+                "first_error_observed": observed, "first_error_wrong": not observed or first_error != truth,
+                "unknown": False}
+
+    rows = [row(1, 1, 1, True),  # the first error is the decisive turn
+            row(2, 2, 1, True), row(3, 2, 0, True),  # the first error is not decisive
+            row(3, 3, 3, False), row(0, 4, 3, False)]  # no error observation: the rule's fallback guess
+    out = locus_accuracy(rows)
+    assert out["all"]["n"] == 5 and out["first_error_wrong"]["n"] == 4
+    wrong = out["first_error_wrong"]
+    assert (wrong["no_error_observation"], wrong["first_error_not_decisive"]) == (2, 2)
+    assert out["all"]["judge"]["exact"] == 0.6 and out["all"]["judge"]["within_one"] == 0.8
+    assert out["all"]["first_error"]["exact"] == 0.4  # right once by observation, once by its fallback
+    assert out["first_error_wrong"]["first_error"]["exact"] == 0.25  # only the fallback's lucky guess
+    assert out["first_error_wrong"]["judge"]["exact"] == 0.5
+    assert out["all"]["random"]["exact"] == 0.2  # 1 / 5 turns, expected, not drawn
+    assert out["all"]["random"]["within_one"] == round(14 / 25, 4)  # 3 turns within one, 2 for turn 0
+    lo, hi = out["all"]["judge"]["exact_ci95"]
+    assert lo < 0.6 < hi and 0 <= lo and hi <= 1
+    empty = locus_accuracy([row(1, 1, 1, True)])["first_error_wrong"]
+    assert empty["n"] == 0 and empty["judge"]["exact"] is None
+
+
+def test_judge_accuracy_per_family_beside_both_baselines_with_counterfactuals_from_the_store(
+    ray_session, tmp_path, capsys
+):
+    from agents.counterfactual import merge_counterfactuals
+    from agents.transcript import first_error_turn
+    from cluster.adapt import judge_accuracy, judge_families
+    from cluster.cli import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
+    from cluster.cli_adapt import print_judge_accuracy
+    from harness_store.store import HarnessStore
+
+    assert judge_families("all") == ["payroll", "budget", "stock", "iot", "browser", "website", "refactor"]
+    assert judge_families("iot, payroll,iot") == ["iot", "payroll"]
+    with pytest.raises(ValueError, match="unknown task family"):
+        judge_families("iot,nope")
+    out = judge_accuracy(tmp_path / "store", "iot,payroll", "synthetic/judge", split="test", n=6, repeats=2,
+                         workers=1)
+    assert set(out["families"]) == {"iot", "payroll"}
+    store = HarnessStore(tmp_path / "store", create=False)
+    for family, r in out["families"].items():
+        trajs = store.get_trajectories(out["run_id"], f"rollouts:{family}")
+        assert len(trajs) == r["rollouts"] == 12 and all(t.instance.family == family for t in trajs)
+        failed = [t for t in trajs if not t.passed and t.error != "infra"]
+        assert r["failures"] == len(failed) > 0
+        assert "decisive_turn" not in failed[0].ground_truth  # stored as rolled out; the key is in the cache
+        h = get_family(family).baseline_harness()
+        cached = store.get_counterfactuals([(t.id, h.id) for t in failed])
+        assert len(cached) == len(failed)  # every failure's counterfactual was computed once and kept
+        keyed = [t for t in merge_counterfactuals(failed, {tid: v for (tid, _), v in cached.items()})
+                 if t.ground_truth["decisive_turn"] is not None]
+        assert r["with_decisive_turn"] == len(keyed) == r["loci"]["all"]["n"] > 0
+        wrong = [t for t in keyed if first_error_turn(t) != t.ground_truth["decisive_turn"]]
+        sub = r["loci"]["first_error_wrong"]
+        assert sub["n"] == len(wrong)
+        assert sub["no_error_observation"] == sum(first_error_turn(t) is None for t in wrong)
+        # off the subset the rule is right by definition: its hits everywhere are those plus its subset hits
+        everywhere, there = r["loci"]["all"]["first_error"]["exact"], sub["first_error"]["exact"] or 0.0
+        assert round(everywhere * len(keyed) - there * len(wrong)) == len(keyed) - len(wrong)
+        for guesser in ("judge", "first_error", "random"):
+            a = r["loci"]["all"][guesser]
+            assert 0 <= a["exact"] <= a["within_one"] <= 1
+            assert a["exact_ci95"][0] <= a["exact"] <= a["exact_ci95"][1]
+    assert "offline testbed" in out["notice"]
+    capsys.readouterr()
+    print_judge_accuracy(out)
+    text = capsys.readouterr().out
+    assert "first error wrong" in text and "iot" in text and "payroll" in text and "offline testbed" in text

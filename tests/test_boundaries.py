@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from agents.counterfactual import with_counterfactuals
 from agents.meta import EvolveConfig, HarnessEvolution, LLMProposer
 from agents.meta.evidence import build_evidence, describe_failure
 from agents.meta.loop import Budget
@@ -49,7 +50,7 @@ class Recording:
 @pytest.fixture(scope="module")
 def weak_failures():
     trajs = rollout_all(FAM.generate("train", 30), FAM.baseline_harness(), "synthetic/weak")
-    failed = [t for t in trajs if not t.passed]
+    failed = with_counterfactuals([t for t in trajs if not t.passed], FAM.baseline_harness())  # the whole key
     assert failed and all(t.ground_truth.get("deviations") for t in failed)  # there is an answer key to leak
     return failed
 

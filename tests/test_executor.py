@@ -173,10 +173,17 @@ def weak_val():
     return rollout_all(FAM.generate("val", 30), FAM.baseline_harness(), "synthetic/weak")
 
 
-def test_resume_replays_the_prefix_verbatim_then_forces_one_turn_and_continues(weak_val):
+@pytest.fixture(scope="module")
+def weak_val_keyed(weak_val):
+    from agents.counterfactual import with_counterfactuals
+
+    return with_counterfactuals(weak_val, FAM.baseline_harness())
+
+
+def test_resume_replays_the_prefix_verbatim_then_forces_one_turn_and_continues(weak_val_keyed):
     from agents.executor import Resume, assistant_positions
 
-    traj = next(t for t in weak_val if not t.passed and t.ground_truth.get("decisive_turn"))
+    traj = next(t for t in weak_val_keyed if not t.passed and t.ground_truth.get("decisive_turn"))
     t = traj.ground_truth["decisive_turn"]
     forced = {"role": "assistant", "content": "Forced.", "tool_calls": [
         {"id": "forced_0", "type": "function", "function": {"name": "list_objects", "arguments": "{}"}}]}
@@ -191,12 +198,31 @@ def test_resume_replays_the_prefix_verbatim_then_forces_one_turn_and_continues(w
     assert "decisive_turn" not in resumed.ground_truth  # replays never compute their own answer key
 
 
-def test_failed_testbed_rollouts_carry_deviations_and_a_decisive_turn_that_really_repairs(weak_val):
-    from agents.executor import Resume
-
+def test_rollouts_record_what_the_counterfactual_needs_and_compute_none_of_it(weak_val):
     failed = [t for t in weak_val if not t.passed]
     passed = [t for t in weak_val if t.passed]
     assert failed and passed
+    for t in weak_val:
+        assert not {"deviations", "decisive_turn"} & set(t.ground_truth)  # no rollout computes the answer key
+    for t in failed:  # per turn: the oracle that knows the right action, and the cause where one was recorded
+        turns = t.ground_truth["turns"]
+        assert len(turns) == len(t.turns) and all(r and r.get("oracle") for r in turns)
+        assert recorded_causes(t)
+    assert all(not recorded_causes(t) for t in passed)
+
+
+def test_a_rollout_makes_one_model_call_per_recorded_turn_even_when_it_fails():
+    counting = Flaky(fail=0)
+    trajs = [run(Executor(counting), i, FAM.baseline_harness()) for i in FAM.generate("val", 12)]
+    assert any(not t.passed for t in trajs)  # failures are where the counterfactual used to add calls
+    assert counting.calls == sum(len(t.turns) for t in trajs)
+
+
+def test_the_lazy_counterfactual_has_deviations_and_a_decisive_turn_that_really_repairs(weak_val_keyed):
+    from agents.executor import Resume
+
+    failed = [t for t in weak_val_keyed if not t.passed]
+    passed = [t for t in weak_val_keyed if t.passed]
     assert all(t.ground_truth["deviations"] for t in failed)
     assert all("deviations" not in t.ground_truth and not recorded_causes(t) for t in passed)
     decisive = [t for t in failed if t.ground_truth["decisive_turn"] is not None]

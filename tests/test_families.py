@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents import hooks
+from agents.counterfactual import with_counterfactuals
 from agents.executor import NO_TOOL_NUDGE
 from agents.report import failure_causes, recorded_causes
 from agents.stats import pass_rate as rate_of
@@ -248,7 +249,8 @@ def test_failed_weak_rollouts_carry_their_answer_key(family, val):
     trajs = rollout_all(val, family.baseline_harness(), "synthetic/weak")
     failed = [t for t in trajs if not t.passed and t.error != "infra"]
     assert failed
-    assert all("decisive_turn" in t.ground_truth and t.ground_truth["deviations"] for t in failed)
+    keyed = with_counterfactuals(failed, family.baseline_harness())  # computed by analysis, not the rollout
+    assert all("decisive_turn" in t.ground_truth and t.ground_truth["deviations"] for t in keyed)
     assert all(not recorded_causes(t) for t in trajs if t.passed)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.analysis import cohen_kappa, composition, confusion
+from agents.report import SYNTHETIC_ADAPTER_RULES
 from harness_store.values import FAILURE_CATEGORIES, FailureLabel
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -54,6 +55,19 @@ def test_a_resumed_experiment_redoes_no_finished_cell(experiment):
     assert all(r["base"] is not None for r in out["rows"])  # the full matrix
     weak = [r for r in out["rows"] if r["model"] == "weak"]
     assert all(r["imitation"] is not None and r["correction"] is not None for r in weak)
+    assert out["adapter_rules"] == SYNTHETIC_ADAPTER_RULES  # synthetic arms: the rules that decide them
+
+
+def test_the_experiment_command_prints_the_adapter_rules_under_its_table(experiment, capsys):
+    from cluster.cli import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
+    from cluster.cli_adapt import print_experiment
+
+    _, _, _, _, out = experiment
+    capsys.readouterr()
+    print_experiment(out)  # what `coevolve experiment paper` prints at the end
+    text = " ".join(capsys.readouterr().out.split())
+    assert "+ correction" in text and "offline testbed" in text
+    assert " ".join(SYNTHETIC_ADAPTER_RULES.split()) in text
 
 
 def test_report_renders_in_chromium_with_every_plot(experiment):
@@ -69,6 +83,7 @@ def test_report_renders_in_chromium_with_every_plot(experiment):
     text = html_path.read_text()
     assert "<script src" not in text and "<link" not in text  # nothing to fetch: it works offline
     assert "offline testbed" in text and "offline testbed" in md_path.read_text()  # the notice, at the top
+    assert SYNTHETIC_ADAPTER_RULES in text and SYNTHETIC_ADAPTER_RULES in md_path.read_text()  # arms' rules
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=list(CHROMIUM_ARGS))
         page = browser.new_page(viewport={"width": 1200, "height": 900})
@@ -118,3 +133,48 @@ def test_kappa_and_confusion():
     table = confusion(pairs + [("planning", "tool-use")])
     assert table["planning"]["tool-use"] == 1 and table["tool-use"]["tool-use"] == 5
     assert sum(Counter({k: sum(v.values()) for k, v in table.items()}).values()) == 11
+
+
+def _report_data(weak: str, backend: str) -> dict:
+    cfg = {"name": "t", "families": ["iot"], "weak": weak, "expert": "synthetic/expert",
+           "proposer": "synthetic/meta", "judge": "synthetic/judge", "repeats": 1,
+           "train": {"backend": backend}}
+    cell = {"pass_at_1": 0.5, "ci95": [0.3, 0.7]}
+    cells = {f"eval:iot:weak:baseline:{w}": cell for w in ("base", "imitation", "correction")}
+    return {"run_id": "experiment-x", "config": cfg, "cells": cells, "composition": {}, "drift": {},
+            "lineage": {}, "usage": {}, "cost": {}}
+
+
+@pytest.mark.parametrize(("weak", "backend", "named"), [("synthetic/weak", "synthetic", True),
+                                                         ("vllm/smollm2", "peft", False)])
+def test_an_experiment_report_names_the_synthetic_adapter_rules_only_when_they_decide_its_arms(
+    tmp_path, weak, backend, named
+):
+    from cluster.report import render
+
+    html_path, md_path = render(_report_data(weak, backend), tmp_path / "r")
+    for text in (html_path.read_text(), md_path.read_text()):
+        assert "+ correction" in text
+        assert (SYNTHETIC_ADAPTER_RULES in text) is named
+    md = md_path.read_text()
+    if named:  # beside the main table, not somewhere else on the page
+        where = md.index(SYNTHETIC_ADAPTER_RULES)
+        assert md.index("## Main table") < where < md.index("## Failure composition")
+
+
+@pytest.mark.parametrize(("backend", "named"), [("synthetic", True), ("peft", False)])
+def test_a_run_report_names_the_synthetic_adapter_rules_beside_its_adapter_column(tmp_path, backend, named):
+    from cluster.report import write_run_report
+    from harness_store.store import HarnessStore
+
+    store = HarnessStore(tmp_path / "s")
+    config = {"name": "t", "weak": {"model": "synthetic/weak"}, "train": {"backend": backend}}
+    run_id = store.create_run("run", config)
+    cell = {"pass_at_1": 0.5, "ci95": [0.3, 0.7]}
+    test = {"baseline": cell, "evolved": cell, "evolved+adapter": cell}
+    store.append_event(run_id, "cell", {"cell": "final:iot", "test": test, "gain": 0.0,
+                                        "gain_ci95": [-0.1, 0.1], "harness_id": "h" * 64, "adapter": "a1"})
+    html_path, md_path = write_run_report(store, run_id, {"stop_reason": "done"})
+    for text in (html_path.read_text(), md_path.read_text()):
+        assert "evolved+adapter" in text and "offline testbed" in text
+        assert (SYNTHETIC_ADAPTER_RULES in text) is named

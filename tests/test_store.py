@@ -360,6 +360,64 @@ def test_adapters(store: HarnessStore):
         store.get_adapter("adapter-9")
 
 
+# ------------------------------------------------------------------------------------- counterfactual cache
+def test_counterfactual_cache_round_trip_replace_and_reopen(tmp_path: Path):
+    root = tmp_path / "s"
+    a, b = ("t" * 64, BASE.id), ("u" * 64, BASE.id)
+    other_harness = ("t" * 64, variant(1).id)
+    with HarnessStore(root) as s:
+        assert s.get_counterfactuals([a]) == {}
+        s.put_counterfactuals({
+            a: {"version": 1, "deviations": [{"turn": 1, "category": "planning"}], "decisive_turn": 1},
+            b: {"version": 1, "deviations": [], "decisive_turn": None},
+        })
+        assert s.get_counterfactuals([a])[a]["decisive_turn"] == 1
+        assert s.get_counterfactuals([other_harness]) == {}  # keyed by the harness too
+        s.put_counterfactuals({b: {"version": 1, "deviations": [], "decisive_turn": 0}})  # replaces
+        s.put_counterfactuals({})  # nothing to write is no write
+        for bad_key in (("only-one",), ("", BASE.id), "t" * 64):
+            with pytest.raises(StoreError, match="keyed by"):
+                s.put_counterfactuals({bad_key: {}})  # type: ignore[dict-item]
+        with pytest.raises(StoreError, match="is a dict"):
+            s.put_counterfactuals({a: [1]})  # type: ignore[dict-item]
+    again = HarnessStore(root, create=False)
+    got = again.get_counterfactuals([a, b, other_harness])
+    assert set(got) == {a, b} and got[b]["decisive_turn"] == 0
+    assert got[a]["deviations"][0]["category"] == "planning"
+    many = {(f"{i:064x}", BASE.id): {"decisive_turn": i} for i in range(1000)}  # more than one query binds
+    again.put_counterfactuals(many)
+    assert again.get_counterfactuals(list(many)) == many
+
+
+def test_a_schema_2_store_gains_the_counterfactual_cache_when_opened(tmp_path: Path):
+    root = tmp_path / "s"
+    with HarnessStore(root) as s:
+        s.put_harness(BASE)
+        rid = s.create_run("eval", {})
+        s.put_trajectories(rid, [trajectory(0)])
+    with sqlite3.connect(root / "store.db") as c:  # as a schema-2 store was: no cache table
+        c.executescript("DROP TABLE counterfactuals; UPDATE meta SET value = '2' WHERE key = 'schema';")
+    c.close()
+    again = HarnessStore(root, create=False)
+    assert again.get_trajectories(rid) == [trajectory(0)]
+    key = ("t" * 64, BASE.id)
+    again.put_counterfactuals({key: {"decisive_turn": 2}})
+    assert again.get_counterfactuals([key]) == {key: {"decisive_turn": 2}}
+    with sqlite3.connect(root / "store.db") as c:
+        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+    c.close()
+
+
+def test_a_store_of_a_newer_schema_is_refused(tmp_path: Path):
+    root = tmp_path / "s"
+    HarnessStore(root).close()
+    with sqlite3.connect(root / "store.db") as c:
+        c.execute("UPDATE meta SET value = '4' WHERE key = 'schema'")
+    c.close()
+    with pytest.raises(StoreError, match="schema version 4; this code reads 3"):
+        HarnessStore(root, create=False)
+
+
 # ------------------------------------------------------------------------------------- persistence
 def test_reopen_and_pickle_see_everything(tmp_path: Path):
     root = tmp_path / "s"

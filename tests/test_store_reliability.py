@@ -580,7 +580,7 @@ def test_schema_1_store_is_migrated_and_its_running_runs_can_be_resumed(tmp_path
     with again.claim_run(rid):
         assert again.get_run(rid).pid == os.getpid()
     with sqlite3.connect(root / "store.db") as c:
-        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
+        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)  # 1 -> 2 -> 3
     c.close()
 
 
