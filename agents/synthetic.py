@@ -260,14 +260,25 @@ class SyntheticPolicy:
             return q >= 1.0 or (q > 0.0 and rng.random() < q)  # certain outcomes use no randomness
 
         # What the agent knows this turn: its own facts, what the visible harness text states, and lucky guesses.
+        # The model follows its instructions: a rule the visible harness text contradicts (states the wrong
+        # rule, or denies the right one) is dropped even when the profile knows it, and is never guessed;
+        # where the text both states and contradicts a rule, the later statement wins (`Rule.stance`).
         seen = _seen(messages, self.profile.context_window)
         text = harness_text(messages, seen)
         own = self.known_facts(family)
-        stated = {f.id for f in family.facts if f.stated_in(text)}
-        facts = own | stated | {f.id for f in family.facts if f.id not in own | stated and draw(self.profile.guess_rate)}
-        stated_constraints = {c.id for c in family.constraints if c.stated_in(text)}
+        fact_stance = {f.id: f.stance(text) for f in family.facts}
+        stated = {i for i, s in fact_stance.items() if s is True}
+        contradicted = {i for i, s in fact_stance.items() if s is False}
+        unknown = [f.id for f in family.facts if f.id not in own | stated | contradicted]
+        guessed = {i for i in unknown if draw(self.profile.guess_rate)}
+        facts = (own | stated | guessed) - contradicted
+        constraint_stance = {c.id: c.stance(text) for c in family.constraints}
+        stated_constraints = {i for i, s in constraint_stance.items() if s is True}
+        defied = {i for i, s in constraint_stance.items() if s is False}
         heeded = stated_constraints | {
-            c.id for c in family.constraints if c.id not in stated_constraints and draw(self.profile.heed_rate)
+            c.id
+            for c in family.constraints
+            if c.id not in stated_constraints | defied and draw(self.profile.heed_rate)
         }
         knowledge = Knowledge(frozenset(facts), frozenset(heeded))
         full = family.full_knowledge()
@@ -460,10 +471,10 @@ def respond(
 
 def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
     """A synthetic adapter learned from training rows (DESIGN §5), through the same job interface as
-    LoRA: facts stated in loss-bearing turns become known; the share of loss-bearing turns that batch
-    several tool calls becomes the rate at which the adapted model batches (SFT matches its data's
-    distribution), without raising planning capacity; loss-bearing well-formed tool calls lower the
-    argument error rate."""
+    LoRA: facts stated (and not contradicted) in loss-bearing turns become known; the share of
+    loss-bearing turns that batch several tool calls becomes the rate at which the adapted model
+    batches (SFT matches its data's distribution), without raising planning capacity; loss-bearing
+    well-formed tool calls lower the argument error rate."""
     from tasks import family_names
 
     facts = [f for name in family_names() for f in get_family(name).facts]
@@ -478,7 +489,8 @@ def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
             calls = m.get("tool_calls") or []
             batched += len(calls) > 1
             text = (m.get("content") or "") + " " + " ".join(c["function"].get("arguments") or "" for c in calls)
-            learned |= {f.id for f in facts if f.stated_in(text)}
+            # a turn that contradicts a fact (anywhere in it) does not teach it
+            learned |= {f.id for f in facts if f.stated_in(text) and not f.contradicted_in(text)}
             for c in calls:
                 try:
                     tool_calls += isinstance(json.loads(c["function"].get("arguments") or "{}"), dict)

@@ -60,6 +60,29 @@ class BrowserFamily(TaskFamily):
                  "don't use", "never use", "not to be confused", "offset", "run ahead", "won't", "will not",
                  "doesn't work", "does not work", "wrong", "≠", "!="),
             )),
+            reversals=(
+                # the admin URL takes the order number
+                Concept(
+                    (
+                        ("order number", "order #", "order no", "increment id", "number the customer",
+                         "number customers", "quoted number", "customer-facing number", "number quoted"),
+                        ("url", "/admin/orders/", "link", "address", "path"),
+                        ("same", "equal", "is the id", "matches", "match", "identical", "use", "put", "type",
+                         "build", "plug", "insert", "append", "directly", "followed by", "plus the",
+                         "with the order number"),
+                    ),
+                    unless=("differ", "not the same", "internal", "entity id", "view link", "grid"),
+                ),
+                # the URL has no internal id
+                Concept((
+                    ("url", "/admin/orders/", "link", "address"),
+                    ("not use an internal", "not use the internal", "doesn't use an internal",
+                     "doesn't use the internal", "not use an entity", "not use the entity",
+                     "doesn't use an entity", "doesn't use the entity", "no internal id", "no entity id",
+                     "not the internal id", "not the entity id", "isn't the internal", "isn't the entity",
+                     "is not the internal", "is not the entity"),
+                )),
+            ),
         ),
         DomainFact(
             "refund_closed",
@@ -72,6 +95,24 @@ class BrowserFamily(TaskFamily):
                  "pick", "put", "use", "is closed", "are closed", "goes to", "go to", "mean", "must", "should",
                  "belong", "count as", "counts as", "treat", "->", "→", "=>", "="),
             )),
+            reversals=(
+                # a refunded order is canceled
+                Concept((
+                    ("refund", "money back", "reimburs", "credit memo"),
+                    ("the status canceled", "the status cancelled", "as canceled", "to canceled",
+                     "is canceled", "are canceled", "be canceled", "status to canceled", "as cancelled",
+                     "to cancelled", "is cancelled", "are cancelled", "be cancelled", "cancel it",
+                     "cancel the order", "cancel them", "cancel refunded", "cancel a refunded",
+                     "cancel fully", "cancel any"),
+                )),
+                # a refunded order is not closed
+                Concept((
+                    ("refund", "money back", "reimburs", "credit memo"),
+                    ("not closed", "never closed", "shouldn't be closed", "should not be closed",
+                     "isn't closed", "don't close", "do not close", "never close", "not be closed",
+                     "stays open", "remain open", "keep it open", "stay open", "leave it open"),
+                )),
+            ),
         ),
         DomainFact(
             "customer_by_email",
@@ -86,6 +127,33 @@ class BrowserFamily(TaskFamily):
                  "identify customers by", "identify the customer by", "identifies the customer",
                  "identifies a customer"),
             )),
+            reversals=(
+                # a customer is found by name
+                Concept(
+                    (
+                        ("identify", "identifies", "match", "pick", "choose", "select", "is enough",
+                         "suffic", "assume", "unique", "right one", "right customer", "correct customer",
+                         "go by", "recogni", "find", "look up"),
+                        ("by name", "by their name", "by the name", "by full name", "by customer name",
+                         "by the customer's name", "by names", "on the name", "on name", "names are unique",
+                         "name is unique", "names are distinct", "name alone", "matching name",
+                         "with the name", "with that name", "the first customer", "first match",
+                         "first result"),
+                    ),
+                    unless=("email", "e-mail"),
+                ),
+                # the email address is not needed
+                Concept(
+                    (
+                        ("email", "e-mail"),
+                        ("don't need", "do not need", "doesn't need", "does not need", "not needed",
+                         "isn't needed", "unnecessary", "no need", "irrelevant", "optional",
+                         "doesn't matter", "does not matter"),
+                        ("customer", "identify", "find", "match"),
+                    ),
+                    unless=("name",),
+                ),
+            ),
         ),
         DomainFact(
             "publish_not_save",
@@ -99,6 +167,24 @@ class BrowserFamily(TaskFamily):
                  "only when", "only after", "only once", "submit", "enter key", "pressing enter"),
             )),
             rare=True,
+            reversals=(
+                # Save makes the post live
+                Concept((
+                    ("save", "saving", "saved"),
+                    ("live", "public", "publish", "visible", "posted", "goes out", "everyone can see",
+                     "appears", "online"),
+                    ("right away", "immediately", "makes", "enough", "suffic", "is all", "at once",
+                     "directly", "same as", "equivalent", "instantly"),
+                )),
+                # a saved post is not a private draft
+                Concept((
+                    ("save", "saving", "saved"),
+                    ("not leave it", "doesn't leave it", "does not leave it", "not a draft",
+                     "not a private draft", "isn't a draft", "isn't a private", "no draft",
+                     "not stay private", "not remain private", "doesn't stay private",
+                     "doesn't remain private", "not hidden", "isn't hidden"),
+                )),
+            ),
         ),
         DomainFact(
             "answer_as_shown",
@@ -114,6 +200,33 @@ class BrowserFamily(TaskFamily):
                  "display", "appear", "screen", "decimal", "cents", "symbol", "admin"),
             )),
             common=True,
+            reversals=(
+                # numbers in plain form
+                Concept(
+                    (
+                        ("strip", "drop", "remove", "without the currency", "without the dollar",
+                         "without the $", "without a currency", "without currency", "without dollar",
+                         "without commas", "without the comma", "without separators",
+                         "without the separator", "without thousands", "leave out", "omit", "no currency",
+                         "no dollar", "no comma", "no thousands", "plain", "bare", "raw number",
+                         "just the number", "only the number", "only digits", "digits only", "numeric only",
+                         "reformat", "normaliz", "normalis", "round"),
+                        ("currency", "dollar", "$", "symbol", "comma", "separator", "decimal", "cents",
+                         "number", "digits"),
+                    ),
+                    unless=("exact", "as shown", "verbatim", "as displayed", "as it appears"),
+                ),
+                # answers are compared loosely
+                Concept((
+                    ("answer", "value", "result"),
+                    ("not compared exactly", "compared loosely", "loosely", "approximately", "roughly",
+                     "close enough", "format doesn't matter", "format does not matter",
+                     "formatting doesn't matter", "formatting does not matter", "any format",
+                     "whatever format", "need not be exact", "needn't be exact", "don't need to be exact",
+                     "doesn't need to be exact", "not be exact", "not exactly", "isn't exact",
+                     "aren't exact"),
+                )),
+            ),
         ),
     )
     constraints = (
@@ -130,6 +243,21 @@ class BrowserFamily(TaskFamily):
                  "always", "do not forget", "don't forget", "remember", "make sure", "be sure", "required",
                  "instruct", "says so", "calls for", "turn on", "switch on", "switch it to", "switch to", "enable"),
             )),
+            reversals=(
+                # the notification stays off
+                Concept(
+                    (
+                        ("notif",),
+                        ("to no", "set to no", "leave it at no", "leave at no", "option at no", "box at no",
+                         "setting at no", "left at no", "stays at no", "stay at no", "remain at no",
+                         "keep it at no", "as no", "= no", "'no'", "\"no\"", "off", "unchecked", "untick",
+                         "disabled", "disable", "turned off", "switched off", "never notify",
+                         "don't notify", "do not notify", "not notify", "no notification",
+                         "skip the notification", "without notifying", "without notification"),
+                    ),
+                    unless=("yes",),
+                ),
+            ),
         ),
     )
 

@@ -61,6 +61,26 @@ class BudgetFamily(TaskFamily):
                  "keeping track", "running total", "running balance", "running figure", "running tally",
                  "running sum", "running count", "not yet in", "exclud"),
             )),
+            reversals=(
+                # the balance shown already holds today's approvals
+                Concept((
+                    ("balance", "budget", "funds", "available"),
+                    ("already includes", "already include", "already reflects", "already reflect",
+                     "already contains", "already accounts", "up to date", "up-to-date", "real-time",
+                     "real time", "live balance", "includes today", "include today", "includes approvals",
+                     "reflects today"),
+                )),
+                # each request against the balance as shown, without subtracting
+                Concept((
+                    ("balance", "budget"),
+                    ("as it stands", "as shown", "as displayed", "as-is", "without subtracting",
+                     "without deducting", "no need to subtract", "no need to deduct", "don't subtract",
+                     "do not subtract", "never subtract", "don't deduct", "do not deduct", "independently",
+                     "on its own", "separately"),
+                    ("each request", "every request", "each one", "all requests", "check", "compare",
+                     "approv"),
+                )),
+            ),
         ),
         DomainFact(
             "split_purchases",
@@ -87,6 +107,21 @@ class BudgetFamily(TaskFamily):
                 ("quote", "quotation", "bid", "tender", "threshold"),
             )),
             rare=True,
+            reversals=(
+                # each request against the quote threshold on its own
+                Concept(
+                    (
+                        ("quote", "quotation", "threshold", "bid"),
+                        ("on its own", "on their own", "individually", "separately", "by itself",
+                         "one at a time", "independently", "own amount", "in isolation", "never combine",
+                         "don't combine", "do not combine", "not combine", "never add up", "don't add up",
+                         "not add up", "not summed", "never sum", "don't sum", "not aggregate",
+                         "don't aggregate"),
+                    ),
+                    unless=("together", "combined", "sum of", "added up", "aggregat", "split",
+                            "single purchase", "one purchase", "as one"),
+                ),
+            ),
         ),
         DomainFact(
             "blocked_by_tax_id",
@@ -113,6 +148,31 @@ class BudgetFamily(TaskFamily):
                  "identified by", "identify", "identifies", "keyed on", "keyed by", "key on", "compare",
                  "comparing"),
             )),
+            reversals=(
+                # blocked vendors are matched by name
+                Concept((
+                    ("block", "banned", "barred", "blacklist", "denylist", "deny list", "prohibited"),
+                    ("by name", "by the name", "by its name", "by their name", "by vendor name",
+                     "by the vendor name", "the vendor name", "vendor's name", "name match", "names match",
+                     "matching name", "name is on", "name appears", "on the name", "by the trading name",
+                     "name exactly", "name matches", "a name on the", "if its name", "when its name"),
+                    ("match", "identif", "check", "look", "compar", "recogni", "find", "spot", "enough",
+                     "suffic"),
+                ), unless=("tax id", "tax-id", "tax number", "vendor_tax_id", "registration number")),
+                # the tax id does not matter
+                Concept((
+                    ("tax id", "tax-id", "tax number", "vendor_tax_id"),
+                    ("doesn't matter", "does not matter", "irrelevant", "not needed", "isn't needed",
+                     "no need", "not relevant", "unimportant", "ignore the tax", "ignoring the tax"),
+                )),
+                # a renamed blocked vendor is fine
+                Concept((
+                    ("block", "banned", "barred", "blacklist", "denylist", "prohibited"),
+                    ("new name", "renam", "rebrand", "trading name", "different name", "another name"),
+                    ("ok", "fine", "allowed", "acceptable", "no longer blocked", "not blocked",
+                     "isn't blocked", "cleared", "safe"),
+                )),
+            ),
         ),
         DomainFact(
             "currency_conversion",
@@ -135,6 +195,17 @@ class BudgetFamily(TaskFamily):
                 ("limit", "cap", "budget", "threshold", "compar", "balance", "policy", "rule"),
             )),
             common=True,
+            reversals=(
+                # amounts are compared in their own currency
+                Concept((
+                    ("currency", "currencies", "eur", "gbp", "foreign", "amount"),
+                    ("as written", "as submitted", "as stated", "as given", "as-is", "face value", "nominal",
+                     "own currency", "original currency", "the currency it was", "the currency they were",
+                     "without conversion", "without converting", "no conversion", "no need to convert",
+                     "not convert", "never convert", "don't convert", "do not convert"),
+                    ("compar", "limit", "budget", "threshold", "check", "subtract", "balance"),
+                )),
+            ),
         ),
     )
     constraints = (
@@ -153,6 +224,20 @@ class BudgetFamily(TaskFamily):
                  "should carry", "should come with", "should include", "should always", "should be given",
                  "should receive", "must have", "has to have", "have to have", "without a", "without an"),
             )),
+            reversals=(
+                # rejections go without a comment
+                Concept((
+                    ("reject", "declin", "refus", "turn down", "turned down"),
+                    ("silently", "without a comment", "without any comment", "without comment",
+                     "without a note", "without an explan", "without a reason", "without explanation",
+                     "without any explanation", "without a message", "no comment", "empty comment",
+                     "comment empty", "comment field empty", "blank comment", "leave the comment",
+                     "leaving the comment", "comment is optional", "comments are optional",
+                     "comment optional", "no need for a comment", "no need to comment",
+                     "never include comments", "never include a comment", "never add a comment",
+                     "never comment", "just set the status", "only the status"),
+                )),
+            ),
         ),
     )
 

@@ -35,6 +35,21 @@ class IotFamily(TaskFamily):
                  "straight", "sustained", "run of", "stretch", "streak", "continuous"),
                 ("reading", "measurement", "sample", "value", "hour", "point"),
             )),
+            reversals=(
+                # every out-of-range reading, even one on its own, is an anomaly
+                Concept(
+                    (
+                        ("every", "each", "any", "single", "one ", "individual", "isolated", "lone",
+                         "one-off"),
+                        ("out-of-range reading", "out of range reading", "reading outside",
+                         "reading out of", "reading beyond", "reading that is out",
+                         "reading that falls outside", "value outside", "excursion", "spike", "blip"),
+                        ("anomal", "report", "flag", "enough", "suffic"),
+                    ),
+                    unless=("consecutiv", "in a row", "three", "3", "run of", "sustained", "streak",
+                            "at least"),
+                ),
+            ),
         ),
         DomainFact(
             "inclusive_ranges",
@@ -47,6 +62,27 @@ class IotFamily(TaskFamily):
                  "not abnormal", "counts as in", "ok"),
             )),
             common=True,
+            reversals=(
+                # a reading exactly at a limit is out of range
+                Concept((
+                    ("exactly at", "exactly on", "exactly equal", "equal to the m", "equal to its m",
+                     "equal to a limit", "equal to the limit", "equal to either", "equals the m",
+                     "equals a limit", "at the limit", "on the limit", "at a limit", "on a limit",
+                     "at its limit", "at the min", "at the max", "at the boundary", "on the boundary",
+                     "hits the limit", "boundary value", "the limit itself", "the limits themselves"),
+                    ("out of range", "out-of-range", "outside the range", "outside the normal", "anomal",
+                     "abnormal", "violat", "breach", "flag", "report", "not normal", "not in range",
+                     "not within"),
+                ), unless=("normal", "acceptable", "fine", "in range", "within range", "within the range",
+                           "inclusive", "strictly", "only if", "only when", "beyond", "past the",
+                           "above the max", "below the min", "ok")),
+                # the ranges exclude their limits
+                Concept((
+                    ("range", "limit", "interval", "bound"),
+                    ("exclusive", "not inclusive", "isn't inclusive", "aren't inclusive", "open interval",
+                     "strictly inside", "strictly within", "strictly between"),
+                )),
+            ),
         ),
         DomainFact(
             "machine_overrides",
@@ -61,6 +97,37 @@ class IotFamily(TaskFamily):
                  "apply to", "unless", "trump", "prevail"),
             )),
             rare=True,
+            reversals=(
+                # the default range holds for every machine
+                Concept(
+                    (
+                        ("default",),
+                        ("every machine", "all machines", "each machine", "any machine", "always",
+                         "everywhere", "regardless", "whatever the machine"),
+                        ("range", "limit", "band"),
+                    ),
+                    unless=("unless", "otherwise", "fall back", "falls back", "if no", "when no", "where no",
+                            "absent", "no override", "none exists", "not defined", "isn't defined", "only"),
+                ),
+                # the overrides do not count
+                Concept((
+                    ("override", "per-machine", "machine-specific", "machine specific", "own range",
+                     "own limit", "specific range"),
+                    ("informational", "for information", "for reference only", "no effect", "irrelevant",
+                     "not binding", "be ignored", "are ignored", "can be ignored", "disregarded",
+                     "ignore the override", "ignore any override", "ignore overrides",
+                     "ignore the per-machine", "ignore per-machine", "ignore the machine-specific",
+                     "ignore machine-specific"),
+                )),
+                # the default instead of the override
+                Concept((
+                    ("default",),
+                    ("instead of the override", "rather than the override", "instead of any override",
+                     "rather than any override", "over the override", "not the override",
+                     "instead of the machine", "rather than the machine", "instead of the per-machine",
+                     "rather than the per-machine"),
+                )),
+            ),
         ),
         DomainFact(
             "null_is_offline",
@@ -70,6 +137,16 @@ class IotFamily(TaskFamily):
                 ("never", "not an anomal", "not anomal", "no anomal", "not count", "ignore", "skip", "exclude",
                  "disregard", "not out-of-range", "not out of range", "not report", "not flag", "offline"),
             )),
+            reversals=(
+                # a NULL reading is an anomaly
+                Concept((
+                    ("null", "missing reading", "missing value", "empty reading", "blank reading"),
+                    ("is an anomal", "are anomal", "as an anomal", "as anomal", "count as an anomal",
+                     "counts as an anomal", "reported", "report it", "report them", "report null",
+                     "report each", "report every", "flag", "out of range", "out-of-range", "anomalous",
+                     "abnormal", "a fault", "an alarm"),
+                )),
+            ),
         ),
     )
     constraints = (
@@ -82,7 +159,16 @@ class IotFamily(TaskFamily):
                     ("entry", "entries", "anomaly", "anomalies", "object", "record", "row", "report", "item"),
                     ("every", "each", "all ", "always", "must", "include", "carr", "need", "add", "require", "with"),
                 ),
-                unless=("never", "do not", "don't", "without", "omit"),
+            ),
+            reversals=(
+                # anomaly entries go without a peak
+                Concept((
+                    ("peak",),
+                    ("omit", "leave out", "leave the peak", "leave peak", "drop the peak", "without a peak",
+                     "without the peak", "no peak", "exclude", "never add", "never include", "never carr",
+                     "don't add", "do not add", "don't include", "do not include", "not needed",
+                     "isn't needed", "not required", "isn't required", "unnecessary", "only the sensor"),
+                )),
             ),
         ),
     )

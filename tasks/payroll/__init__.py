@@ -82,6 +82,30 @@ class PayrollFamily(TaskFamily):
                 ("8", "eight", "ninth", "9th"),
                 _OVERTIME,
             )),
+            reversals=(
+                # overtime is only weekly
+                Concept((
+                    _OVERTIME,
+                    ("only weekly", "only by the week", "only per week", "weekly only", "only over 40",
+                     "only above 40", "only beyond 40", "only after 40", "only past 40",
+                     "only hours over 40", "only hours above 40", "only hours beyond 40",
+                     "only hours past 40", "only the hours over 40", "only the hours above 40",
+                     "only the hours beyond 40", "only when the week", "only if the week",
+                     "only once the week", "only by the week", "by the week only", "just weekly",
+                     "purely weekly", "solely weekly"),
+                )),
+                # a long day is not overtime by itself
+                Concept((
+                    _OVERTIME,
+                    ("no daily", "not daily", "never daily", "isn't daily", "no per-day", "not per day",
+                     "however long a", "however long the day", "no matter how long the day",
+                     "regardless of daily", "regardless of how long", "long day does not", "long days do not",
+                     "long day doesn't", "long days don't", "day does not matter", "day doesn't matter",
+                     "days do not matter", "days don't matter", "daily hours are not", "daily hours aren't",
+                     "daily hours do not", "daily hours don't", "daily hours never", "ignore daily",
+                     "ignoring daily"),
+                )),
+            ),
         ),
         DomainFact(
             "salaried_exempt",
@@ -114,6 +138,26 @@ class PayrollFamily(TaskFamily):
                  "only their weekly", "only its weekly", "simply the weekly", "exactly the weekly",
                  "exactly their weekly", "always the weekly", "always their weekly"),
             )),
+            reversals=(
+                # salaried employees earn overtime
+                Concept(
+                    (
+                        _SALARIED,
+                        ("overtime", "over-time", "time and a half", "time-and-a-half", "1.5x", "ot "),
+                        ("earn", "get", "receive", "are paid", "is paid", "be paid", "owed", "eligible",
+                         "entitled", "calculat", "compute", "apply", "applies", "like hourly",
+                         "same as hourly", "just like"),
+                    ),
+                    unless=("exempt",),
+                ),
+                # salaried employees are paid by the hour
+                Concept((
+                    _SALARIED,
+                    ("paid for the hours", "paid for each hour", "paid for every hour", "paid by the hour",
+                     "paid hourly", "pay them hourly", "pay them by the hour", "hours times",
+                     "hours multiplied"),
+                )),
+            ),
         ),
         DomainFact(
             "rate_effective_date",
@@ -140,6 +184,29 @@ class PayrollFamily(TaskFamily):
                  "instead of employees.rate", "only the current", "only the latest", "only the newest"),
             )),
             rare=True,
+            reversals=(
+                # every period at the current rate
+                Concept((
+                    ("at the current rate", "at their current rate", "at the employee's current rate",
+                     "at employees.rate", "use employees.rate", "using employees.rate",
+                     "use the current rate", "using the current rate", "from employees.rate",
+                     "at today's rate", "at the latest rate", "at the newest rate", "at the present rate",
+                     "current rate for", "employees.rate for", "at the rate in the employees",
+                     "at the rate from the employees", "rate from the employees table", "in employees.rate",
+                     "shown in employees.rate", "rate currently", "currently shown"),
+                    ("every period", "all periods", "each period", "every pay period", "all pay periods",
+                     "always", "for all", "throughout", "past periods", "earlier periods", "old periods",
+                     "historical periods", "regardless", "ignore the rate history",
+                     "ignoring the rate history", "ignore pay_rates", "ignoring pay_rates",
+                     "no need to look up", "retroactive"),
+                )),
+                # a raise applies to earlier periods too
+                Concept((
+                    ("raise", "rate change", "new rate", "pay rise", "pay increase"),
+                    ("retroactive", "backdated", "back-dated", "applies to all", "applies to every",
+                     "applies to earlier", "applies to past", "covers earlier", "covers past"),
+                )),
+            ),
         ),
         DomainFact(
             "final_pay_through_termination",
@@ -152,7 +219,7 @@ class PayrollFamily(TaskFamily):
                  "end date", "left the company"),
                 ("owed", "still due", "due to them", "still paid", "still be paid", "still gets paid", "must be paid",
                  "is paid", "are paid", "be paid", "get paid", "gets paid", "entitled", "final pay", "final wage",
-                 "final stub", "final paycheck", "final paycheque", "final week", "last paycheck", "last paycheque",
+                 "final stub", "final paycheck", "final paycheque", "final week", "last pay",
                  "last stub", "legitimate", "not an error", "not errors", "not a terminated_paid", "not flag",
                  "correctly paid", "correct to pay", "valid", "error", "flag", "terminated_paid", "wrongly paid", "improper", "overpay"),
                 ("through the", "through their", "through his", "through her", "up to", "until the", "until their",
@@ -164,6 +231,32 @@ class PayrollFamily(TaskFamily):
                  "that includes", "which includes", "including the", "inclusive", "still employed",
                  "while employed", "before or on"),
             )),
+            reversals=(
+                # nothing is owed to a terminated employee: any stub is an error
+                Concept(
+                    (
+                        ("terminated", "termination", "leaver", "left the company", "departed"),
+                        ("any stub", "every stub", "all stubs", "any pay", "any period", "every period",
+                         "all periods", "any paycheck", "anything paid"),
+                        ("error", "terminated_paid", "wrong", "flag", "not owed", "isn't owed", "overpa",
+                         "improper"),
+                    ),
+                    unless=("on or before", "starts after", "start after", "started after", "begin after",
+                            "begins after", "began after", "beginning after", "starting after",
+                            "after the termination", "after termination", "after their termination",
+                            "after the last day", "after they left", "before the termination",
+                            "before termination", "up to the termination", "through the termination",
+                            "until the termination", "still owed", "still due", "still paid"),
+                ),
+                # the period that holds the termination date is not owed
+                Concept((
+                    ("terminat", "leaver"),
+                    ("period containing", "period that contains", "period that includes", "final period",
+                     "last period", "partial period", "mid-period"),
+                    ("not owed", "isn't owed", "is not owed", "nothing is owed", "no pay", "unpaid",
+                     "not paid", "error", "terminated_paid"),
+                )),
+            ),
         ),
         DomainFact(
             "deductions_follow_gross",
@@ -181,6 +274,20 @@ class PayrollFamily(TaskFamily):
                 ("gross",),
             )),
             common=True,
+            reversals=(
+                # the 401(k) deduction stays as it was
+                Concept((
+                    ("401", "k401", "retirement", "pension", "percentage deduction", "percent deduction",
+                     "elected percentage", "all deductions", "every deduction", "the deductions",
+                     "all the deductions"),
+                    ("as they were", "keep all", "unchanged", "as is", "as it is", "as-is", "original",
+                     "keep the", "leave the", "stays the same", "stay the same", "remains the same",
+                     "remain the same", "don't change", "do not change", "not change", "never changes",
+                     "doesn't change", "does not change", "untouched", "as recorded", "as on the stub",
+                     "not recomput", "no need to recomput", "don't recomput", "do not recomput"),
+                    ("gross", "correct"),
+                ), unless=("health", "premium", "insurance")),
+            ),
         ),
     )
     constraints = (
@@ -193,6 +300,15 @@ class PayrollFamily(TaskFamily):
                  "also sent to", "also receive", "also get"),
                 ("controller",),
             )),
+            reversals=(
+                # the controller stays off the email
+                Concept((
+                    ("controller",),
+                    ("leave the controller off", "leave off", "off the copy", "off the cc", "no cc",
+                     "not be copied", "not copied", "exclude", "without the controller", "without copying",
+                     "only to the payroll", "only the payroll", "only to payroll"),
+                )),
+            ),
         ),
     )
 

@@ -71,6 +71,23 @@ FACTS = (
              "rename the", "rename any", "rename every", "rename all", "rename them", "rename those",
              "rename occurrences", "rename mentions", "rename references"),
         )),
+        reversals=(
+        # a rename leaves strings and `__all__` alone
+        Concept((
+            ("string", "literal", "__all__", "quoted", "in quotes", "docstring", "export list"),
+            ("leave the string", "leave strings", "leave string", "leave the literal", "leave literals",
+             "leave the __all__", "leave __all__", "leave names in", "leave the names in",
+             "leave the quoted", "leave quoted", "strings unchanged", "literals unchanged",
+             "__all__ unchanged", "strings untouched", "literals untouched", "__all__ untouched",
+             "strings as they are", "literals as they are", "don't rename", "do not rename", "never rename",
+             "don't touch", "do not touch", "never touch", "don't change", "do not change", "never change",
+             "don't update", "do not update", "never update", "no need to", "only the code", "only code",
+             "only the identifiers", "only identifiers", "only identifier", "just the code",
+             "just the identifiers", "stop at call sites", "stop at the call sites", "only call sites",
+             "only the call sites", "just the call sites", "only rename the code",
+             "only rename identifiers", "only rename the identifiers"),
+        )),
+    ),
     ),
     DomainFact(
         "method_namesake",
@@ -89,6 +106,21 @@ FACTS = (
              "stay the same", "stays the same", "remain unchanged", "remains unchanged", "remain the same",
              "don't rename", "don't touch", "skip", "exclude", "ignore"),
         )),
+        reversals=(
+        # methods of the same name are renamed too
+        Concept(
+            (
+                ("method",),
+                ("too", "also", "as well", "including", "include", "every occurrence", "all occurrences",
+                 "every reference", "all references", "everywhere", "every match", "all matches",
+                 "anything named", "everything named", "every symbol"),
+                ("renam", "new name"),
+            ),
+            unless=("keep", "different symbol", "separate symbol", "distinct", "unrelated", "unchanged",
+                    "untouched", "not renam", "don't renam", "do not renam", "never renam", "leave",
+                    "only references", "only the function"),
+        ),
+    ),
     ),
     DomainFact(
         "near_duplicate",
@@ -109,6 +141,31 @@ FACTS = (
              "don't extract", "don't touch", "skip", "exclude"),
         )),
         rare=True,
+        reversals=(
+        # similar blocks are replaced too
+        Concept(
+            (
+                ("block", "cop", "duplicat", "snippet", "clone", "similar", "near-duplicate",
+                 "near duplicate", "lookalike"),
+                ("replace", "swap", "substitut", "merge", "extract", "dedup", "use the helper"),
+                ("even if", "even when", "even though", "regardless", "as well", "too", "also",
+                 "every similar", "all similar", "every block", "all blocks", "any block", "anyway",
+                 "still a copy", "still a duplicate", "is a copy", "is a duplicate", "are copies",
+                 "are duplicates"),
+            ),
+            unless=("exact cop", "exact duplicate", "identical cop", "except", "unless", "only exact",
+                    "only identical", "only true", "only real", "not a copy", "not a duplicate", "leave it",
+                    "leave them", "leave such", "leave that", "keep it", "keep them"),
+        ),
+        # a block that differs in a constant is still a copy
+        Concept((
+            ("block", "cop", "duplicat", "snippet", "clone", "similar"),
+            ("differ", "different", "deviat", "vary", "varies", "tweak"),
+            ("still a copy", "still a duplicate", "is a copy", "is a duplicate", "are copies",
+             "are duplicates", "counts as a copy", "count as copies", "counts as a duplicate",
+             "considered a copy", "considered a duplicate", "still counts", "still count"),
+        )),
+    ),
     ),
     DomainFact(
         "block_outputs",
@@ -122,6 +179,22 @@ FACTS = (
              "depend on", "depends on"),
             ("helper", "extract", "block", "shared function", "new function"),
         )),
+        reversals=(
+        # the helper returns nothing
+        Concept((
+            ("helper", "extracted function", "new function", "shared function"),
+            ("return nothing", "returns nothing", "return none", "returns none", "no return",
+             "without a return", "without returning", "needn't return", "need not return",
+             "doesn't need to return", "does not need to return", "don't need to return",
+             "do not need to return", "no need to return"),
+        )),
+        # callers need not assign
+        Concept((
+            ("caller", "call site"),
+            ("just call", "simply call", "only call", "no need to assign", "don't assign", "do not assign",
+             "needn't assign", "without assigning", "ignore the return", "discard the return"),
+        )),
+    ),
     ),
     DomainFact(
         "aware_datetime",
@@ -136,6 +209,23 @@ FACTS = (
              "replace(tzinfo", "tzinfo=none", "strip", "drop", "remove", "isoformat", "iso format", "iso string",
              "incompatible", "fail", "error", "crash", "break"),
         )),
+        reversals=(
+        # `datetime.now(timezone.utc)` is naive
+        Concept((
+            ("timezone.utc", "now(utc)"),
+            ("gives a naive", "returns a naive", "produces a naive", "is naive", "is a naive", "are naive",
+             "no tzinfo", "without tzinfo", "without a timezone", "without a time zone",
+             "can be compared with naive", "compare it with naive", "safe to compare", "fine to compare",
+             "safely compare", "mix freely", "can be mixed", "doesn't return an aware",
+             "does not return an aware", "isn't aware", "is not aware", "not an aware"),
+        )),
+        # stripping the tzinfo is unnecessary
+        Concept((
+            ("replace(tzinfo", "tzinfo=none", "strip the tz", "strip tzinfo", "drop tzinfo"),
+            ("don't need", "do not need", "doesn't need", "does not need", "not needed", "isn't needed",
+             "unnecessary", "no need", "pointless", "redundant"),
+        )),
+    ),
     ),
 )
 assert tuple(f.id for f in FACTS) == FACT_IDS
@@ -162,6 +252,26 @@ class RefactorFamily(TaskFamily):
                 ("changelog", "change log", "release note"),
                 UNRELEASED_PLACES,
             )),
+            reversals=(
+                # the changelog is rewritten
+                Concept((
+                    ("changelog", "change log", "release note"),
+                    ("rewrite", "overwrite", "replace the file", "replace the old", "replace its",
+                     "replace the content", "drop the old", "dropping the old", "delete the old",
+                     "remove the old", "discard", "only the new entry", "just the new entry",
+                     "with just the new", "with only the new", "start fresh", "from scratch",
+                     "drop the `## unreleased", "drop the unreleased", "remove the unreleased",
+                     "delete the unreleased", "under a new version", "new version heading"),
+                )),
+                # the entry goes elsewhere
+                Concept((
+                    ("changelog", "change log", "release note"),
+                    ("above the heading", "above the headings", "at the end of the file",
+                     "at the bottom", "end of the file", "bottom of the file", "under the latest release",
+                     "under the last release", "under the released", "in the released", "under the version",
+                     "under the newest version", "anywhere"),
+                )),
+            ),
         ),
     )
 

@@ -69,6 +69,25 @@ class StockFamily(TaskFamily):
                  "only once", "<"),
             )),
             common=True,
+            reversals=(
+                # stock at the threshold needs a reorder too
+                Concept(
+                    (
+                        ("threshold", "reorder point", "reorder level", "trigger level", "minimum level"),
+                        ("at or below", "equal to or below", "equal to or less", "less than or equal", "<=",
+                         "≤", "or equal", "is reached", "reaches the threshold", "reaches its threshold",
+                         "hits the threshold", "hits its threshold", "at the threshold too",
+                         "including when it is", "including equal", "even when equal", "even if equal",
+                         "even when it is exactly", "even at the threshold", "when it equals",
+                         "no more than the threshold", "not above the threshold", "not above its threshold",
+                         "does not exceed", "doesn't exceed", "at the threshold counts",
+                         "at the threshold is low", "equal to it counts"),
+                        ("reorder", "re-order", "alert", "restock", "replenish", "order", "trigger", "low",
+                         "need"),
+                    ),
+                    unless=("strict",),
+                ),
+            ),
         ),
         DomainFact(
             "available_stock",
@@ -86,6 +105,26 @@ class StockFamily(TaskFamily):
                 ("on_hand", "on hand", "on-hand", "physical", "stock", "available", "availability", "inventory",
                  "units", "quantit", "count"),
             )),
+            reversals=(
+                # reserved units still count
+                Concept((
+                    ("reserved", "reservation", "allocated", "committed"),
+                    ("still count", "count as available", "counts as available", "count toward",
+                     "counts toward", "part of the available", "part of available",
+                     "included in the available", "are available", "is available", "can be sold",
+                     "still available", "count as stock", "counts as stock", "count as on hand",
+                     "still in the warehouse", "irrelevant", "doesn't matter", "does not matter",
+                     "don't matter", "do not matter", "no need to subtract", "not subtract",
+                     "don't subtract", "do not subtract", "never subtract", "not deduct", "don't deduct"),
+                )),
+                # on_hand itself is compared
+                Concept((
+                    ("on_hand", "on hand", "on-hand", "physical count"),
+                    ("itself", "directly", "as is", "as-is", "raw", "alone", "by itself", "the full",
+                     "whole"),
+                    ("threshold", "compar", "check", "reorder"),
+                )),
+            ),
         ),
         DomainFact(
             "skip_discontinued",
@@ -98,6 +137,19 @@ class StockFamily(TaskFamily):
                  *_neg("reorder", "be reorder", "re-order", "alert", "be alert", "get", "raise", "restock",
                        "be restock", "replenish", "be replenish", "need", "order", "email", "include", "be included")),
             )),
+            reversals=(
+                # discontinued products are reordered like any other
+                Concept((
+                    ("discontinu", "end-of-life", "end of life", "retired", "delisted", "phased out",
+                     "obsolete"),
+                    ("like any other", "like other", "same as any", "same as other", "as usual", "normally",
+                     "just like", "treated the same", "no exception", "also reorder", "also get",
+                     "still reorder", "still get", "still need", "still be reorder", "still alert",
+                     "are reorder", "is reorder", "should be reorder", "must be reorder", "get reorder",
+                     "get alert", "get an alert", "need an alert", "need a reorder", "are included",
+                     "include them", "include discontinued"),
+                )),
+            ),
         ),
         DomainFact(
             "open_alert_dedup",
@@ -114,6 +166,30 @@ class StockFamily(TaskFamily):
                 ("alert", "row", "entry", "entries", "status", "line", "record", "sheet"),
             )),
             rare=True,
+            reversals=(
+                # a product with an open alert is alerted again
+                Concept(
+                    (
+                        ("open",),
+                        ("already", "existing", "earlier", "previous", "still", "outstanding", "pending",
+                         "has an open", "have an open", "with an open", "with open", "open alert",
+                         "open row"),
+                        ("another", "again", "re-alert", "new row", "new alert", "additional", "second",
+                         "one more", "a fresh"),
+                        ("add", "append", "send", "email", "alert", "write", "create", "receive", "log",
+                         "raise", "record", "row"),
+                    ),
+                    unless=("skip", "do nothing", "nothing further", "nothing more"),
+                ),
+                # a product is alerted again even when it has been alerted already
+                Concept((
+                    ("even if", "even when", "regardless"),
+                    ("earlier row", "existing row", "previous row", "already has a row",
+                     "already have a row", "earlier alert", "existing alert", "previous alert",
+                     "already alerted", "already has an alert", "open row", "open alert"),
+                    ("add", "new row", "another", "again", "email"),
+                )),
+            ),
         ),
         DomainFact(
             "case_pack",
@@ -127,6 +203,25 @@ class StockFamily(TaskFamily):
                  *_neg("split", "break", "be split", "be broken")),
                 ("reorder q", "order q", "quantit", "qty", "order", "units", "amount"),
             )),
+            reversals=(
+                # the case pack does not matter
+                Concept((
+                    ("case pack", "case_pack", "case-pack", "case size", "pack size", "cases"),
+                    ("ignor", "disregard", "irrelevant", "doesn't matter", "does not matter",
+                     "no need to round", "not round", "don't round", "do not round", "never round",
+                     "no rounding", "without rounding", "order partial", "partial cases are fine",
+                     "partial cases are ok", "partial cases are allowed", "loose units", "single units"),
+                )),
+                # exactly par level minus available
+                Concept(
+                    (
+                        ("par level", "par minus", "par-level"),
+                        ("exactly", "as is", "as-is", "just the difference", "precisely"),
+                        ("order", "quantit", "units"),
+                    ),
+                    unless=("round", "multiple", "whole case", "full case", "ceil"),
+                ),
+            ),
         ),
     )
     constraints = (
@@ -140,6 +235,17 @@ class StockFamily(TaskFamily):
                  "when the request", "if the request", "when asked", "if asked", "when requested", "if requested",
                  "when told", "if told", "says so"),
             )),
+            reversals=(
+                # alert emails go at normal priority
+                Concept(
+                    (
+                        ("priority", "importance"),
+                        ("normal", "low", "standard", "default", "regular", "usual"),
+                        ("urgent", "rush", "even when", "even if", "always", "every", "all "),
+                    ),
+                    unless=("high",),
+                ),
+            ),
         ),
     )
 

@@ -47,6 +47,24 @@ class WebsiteFamily(TaskFamily):
                  "new location", "address changes", "url changes", "not coming back", "isn't coming back"),
             )),
             common=True,
+            reversals=(
+                # a permanent move takes a 302
+                Concept(
+                    (
+                        ("use a 302", "use 302", "give it a 302", "gets a 302", "get a 302", "with a 302",
+                         "302 for", "302 redirect for", "302 is right for", "302 is correct for",
+                         "302 is the right"),
+                        ("permanent", "for good", "moved", "renam", "every", "all ", "always", "any "),
+                    ),
+                    unless=("301", "temporar", "only", "come back", "coming back", "will return"),
+                ),
+                # a 301 is not needed
+                Concept((
+                    ("301",),
+                    ("not needed", "unnecessary", "isn't needed", "is not needed", "not required",
+                     "isn't required", "overkill"),
+                )),
+            ),
         ),
         DomainFact(
             "resolve_redirects",
@@ -60,6 +78,20 @@ class WebsiteFamily(TaskFamily):
                  "ultimate", "all the way", "whole way", "last live", "last page", "without any redirect",
                  "without a redirect", "not via", "never via", "not through", "never through"),
             )),
+            reversals=(
+                # links through a redirect are fine
+                Concept(
+                    (
+                        ("redirect",),
+                        ("fine", "ok", "okay", "acceptable", "good enough", "works", "not broken",
+                         "isn't broken", "aren't broken", "are not broken", "is not broken", "leave",
+                         "no need", "don't need", "do not need", "doesn't need", "does not need",
+                         "harmless", "as they are", "as it is", "as is"),
+                        ("link", "menu", "navigation", "href"),
+                    ),
+                    unless=("final", "straight", "direct", "end of the chain", "last page", "live page"),
+                ),
+            ),
         ),
         DomainFact(
             "child_pages",
@@ -71,6 +103,20 @@ class WebsiteFamily(TaskFamily):
                 ("renam", "move", "moving", "slug", "relocat", "cascad"),
                 ("redirect", "301", "link"),
             )),
+            reversals=(
+                # child pages keep their URLs
+                Concept((
+                    ("child", "sub-page", "subpage", "sub page", "nested page", "pages beneath",
+                     "pages below", "pages under"),
+                    ("keep their url", "keep their address", "keep their path", "keep the same url",
+                     "keep their old url", "keep its url", "keeps its url", "stay where", "stay put",
+                     "unaffected", "not affected", "aren't affected", "isn't affected", "unchanged",
+                     "don't move", "do not move", "doesn't move", "does not move", "not move", "never move",
+                     "need no redirect", "needs no redirect", "no redirect is needed",
+                     "no redirects are needed", "need no 301", "needs no 301", "no 301 is needed",
+                     "no need", "don't need", "do not need", "doesn't need", "does not need"),
+                )),
+            ),
         ),
         DomainFact(
             "seo_canonical",
@@ -84,6 +130,23 @@ class WebsiteFamily(TaskFamily):
                  "isn't updat", "aren't updat", "remains", "leaves", "independent", "pre-rename"),
             )),
             rare=True,
+            reversals=(
+                # the canonical URL is left as it is
+                Concept(
+                    (
+                        ("canonical",),
+                        ("leave the", "leave it", "leave its", "keep the", "keep it", "keep its",
+                         "no need to change", "no need to update", "don't change the", "do not change the",
+                         "don't update the", "do not update the", "don't touch the", "do not touch the",
+                         "never change the", "never touch the", "ignore the", "can stay", "may stay",
+                         "can remain", "may remain", "needn't", "need not", "doesn't need", "does not need",
+                         "don't need", "do not need", "automatically", "updates its canonical",
+                         "updates the canonical", "follows the rename", "no action"),
+                        ("renam", "old", "previous", "move", "slug"),
+                    ),
+                    unless=("to the new", "new address", "new url", "new one"),
+                ),
+            ),
         ),
         DomainFact(
             "no_drafts",
@@ -96,6 +159,23 @@ class WebsiteFamily(TaskFamily):
                  "isn't live", "avoid", "do not", "don't", "must not", "should not", "published", "skip",
                  "exclud", "instead", "only"),
             )),
+            reversals=(
+                # linking a draft is fine
+                Concept(
+                    (
+                        ("draft", "unpublished"),
+                        ("link", "menu", "navigation", "point", "target"),
+                        ("fine", "ok", "okay", "allowed", "acceptable", "permitted", "can link", "may link",
+                         "can be linked", "may be linked", "can add", "may add", "go ahead", "prefer",
+                         "use the draft", "link to the draft", "link the draft", "pick the draft",
+                         "choose the draft", "drafts too", "drafts as well", "including draft",
+                         "not forbidden", "isn't forbidden", "not prohibited", "isn't prohibited",
+                         "not banned", "regardless", "even a draft", "even if it is a draft",
+                         "even if it's a draft", "whether it is a draft"),
+                    ),
+                    unless=("published",),
+                ),
+            ),
         ),
     )
     constraints = (
@@ -109,6 +189,19 @@ class WebsiteFamily(TaskFamily):
                 ("set", "exact", "verbatim", "word for word", "character for character", "precise", "as written",
                  "as given", "copy", "use", "put", "update", "match", "must", "always", "apply", "fill"),
             )),
+            reversals=(
+                # the old SEO title stays
+                Concept(
+                    (
+                        ("seo title", "seo_title", "seo-title", "title tag"),
+                        ("keep the", "keep its", "keep their", "leave the", "leave its", "leave it",
+                         "unchanged", "untouched", "as it is", "as is", "ignore the new",
+                         "ignore the request", "no need to change", "no need to update", "don't change",
+                         "do not change", "don't update", "do not update", "never change", "never update"),
+                    ),
+                    unless=("exact", "verbatim", "word for word", "set to", "set it", "replace"),
+                ),
+            ),
         ),
     )
 
