@@ -76,7 +76,9 @@ def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float:
 
 # ------------------------------------------------------------------ failure-locus accuracy
 LOCUS_GUESSERS = ("judge", "first_error", "random")
-LOCUS_SUBSETS = ("all", "first_error_wrong")
+# all keyed failures; those where the first error observation is not the decisive turn (none, or another
+# turn); those where the rule's guess (the first error, else its fallback, the last action) misses it
+LOCUS_SUBSETS = ("all", "first_error_wrong", "rule_wrong")
 
 
 def wilson_interval(hits: float, n: int, z: float = Z95) -> tuple[float, float]:
@@ -98,7 +100,8 @@ def locus_row(
     truth = t.ground_truth["decisive_turn"]
     return {"truth": truth, "turns": len(t.turns), "judge": judge_turn, "first_error": guess,
             "first_error_observed": first_error is not None,
-            "first_error_wrong": first_error is None or first_error != truth, "unknown": unknown}
+            "first_error_wrong": first_error is None or first_error != truth, "rule_wrong": guess != truth,
+            "unknown": unknown}
 
 
 def _random_chance(row: dict[str, Any]) -> tuple[float, float]:
@@ -110,16 +113,18 @@ def _random_chance(row: dict[str, Any]) -> tuple[float, float]:
 
 def locus_accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Exact and within-one-turn locus accuracy of the judge and two baselines (the first error
-    observation, a uniformly random turn), on all keyed failures and on the subset where the
-    first-error rule is wrong (no error observation, or its first error is not the decisive turn),
+    observation, a uniformly random turn), on all keyed failures, on the subset where the first-error
+    rule is wrong (no error observation, or its first error is not the decisive turn), and on the
+    subset where the rule's guess misses (where it has no error observation its guess is the last
+    action before finishing, which may still be right; here the rule scores 0 exact by definition),
     with counts and 95% intervals: Wilson for the judge and the first-error rule (rollouts as the
     unit; repeats of an instance are correlated, so the intervals are somewhat optimistic), and for
     the random turn its expected accuracy (no draw) with a normal interval over failures."""
     out: dict[str, Any] = {}
     for subset in LOCUS_SUBSETS:
-        sub = [r for r in rows if subset == "all" or r["first_error_wrong"]]
+        sub = [r for r in rows if subset == "all" or r[subset]]
         entry: dict[str, Any] = {"n": len(sub)}
-        if subset == "first_error_wrong":
+        if subset != "all":
             entry["no_error_observation"] = sum(not r["first_error_observed"] for r in sub)
             entry["first_error_not_decisive"] = sum(r["first_error_observed"] for r in sub)
         for guesser in LOCUS_GUESSERS:

@@ -212,8 +212,9 @@ def judge_accuracy(store_path: Path, families: str | list[str], judge: str, *, m
     by analysis code only), per family: exact and within one turn, beside two baselines measured on
     the same failures — a uniformly random turn and the rule-based first guess (the first error
     observation) — on all keyed failures and on the subset where the first-error rule is wrong (no
-    error observation, or its first error is not the decisive turn), where a judge has to do better
-    than the rule (`agents.analysis.locus_accuracy`). Decisive turns come through the lazy, cached
+    error observation, or its first error is not the decisive turn) and on the one where the rule's
+    guess (the first error, else the last action before finishing) misses, where a judge has to do
+    better than the rule (`agents.analysis.locus_accuracy`). Decisive turns come through the lazy, cached
     counterfactual (`agents.counterfactual.with_counterfactuals`, cached in the store)."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -227,7 +227,8 @@ def judge_accuracy_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Failure-locus accuracy of a judge against the testbed's decisive turns, per family, beside the
-    random-turn and first-error baselines, on all keyed failures and where the first-error rule is wrong."""
+    random-turn and first-error baselines: on all keyed failures, where the first-error rule is wrong, and
+    where the rule's guess (the first error, else the last action) misses."""
     from cluster.adapt import judge_accuracy, judge_families
     from tasks import get_family
 
@@ -272,9 +273,12 @@ def print_judge_accuracy(out: dict[str, Any]) -> None:
         if not loci:
             t.add_row(f, str(r["failures"]), "no decisive turn", "0", *["-"] * 6)
             continue
-        for subset, label in (("all", "all keyed"), ("first_error_wrong", "first error wrong")):
-            s = loci[subset]
-            if subset == "first_error_wrong":
+        for subset, label in (("all", "all keyed"), ("first_error_wrong", "first error wrong"),
+                              ("rule_wrong", "rule's guess wrong")):
+            s = loci.get(subset)
+            if s is None:
+                continue
+            if subset != "all":
                 label += f" ({s['no_error_observation']} none, {s['first_error_not_decisive']} not decisive)"
             first = subset == "all"
             t.add_row(f if first else "", f"{r['with_decisive_turn']} of {r['failures']}" if first else "",

@@ -264,7 +264,7 @@ def test_locus_accuracy_scores_each_guesser_on_all_failures_and_where_the_first_
     def row(truth, judge, first_error, observed, turns=5):
         return {"truth": truth, "turns": turns, "judge": judge, "first_error": first_error,
                 "first_error_observed": observed, "first_error_wrong": not observed or first_error != truth,
-                "unknown": False}
+                "rule_wrong": first_error != truth, "unknown": False}
 
     rows = [row(1, 1, 1, True),  # the first error is the decisive turn
             row(2, 2, 1, True), row(3, 2, 0, True),  # the first error is not decisive
@@ -281,6 +281,9 @@ def test_locus_accuracy_scores_each_guesser_on_all_failures_and_where_the_first_
     assert out["all"]["random"]["within_one"] == round(14 / 25, 4)  # 3 turns within one, 2 for turn 0
     lo, hi = out["all"]["judge"]["exact_ci95"]
     assert lo < 0.6 < hi and 0 <= lo and hi <= 1
+    rule = out["rule_wrong"]  # the fallback's lucky guess is off this subset: the rule scores 0 here
+    assert (rule["n"], rule["no_error_observation"]) == (3, 1)
+    assert rule["first_error"]["exact"] == 0 and rule["judge"]["exact"] == round(1 / 3, 4)
     empty = locus_accuracy([row(1, 1, 1, True)])["first_error_wrong"]
     assert empty["n"] == 0 and empty["judge"]["exact"] is None
 
@@ -289,6 +292,7 @@ def test_judge_accuracy_per_family_beside_both_baselines_with_counterfactuals_fr
     ray_session, tmp_path, capsys
 ):
     from agents.counterfactual import merge_counterfactuals
+    from agents.judge import rule_based_guess
     from agents.transcript import first_error_turn
     from cluster.adapt import judge_accuracy, judge_families
     from cluster.cli import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
@@ -318,6 +322,9 @@ def test_judge_accuracy_per_family_beside_both_baselines_with_counterfactuals_fr
         wrong = [t for t in keyed if first_error_turn(t) != t.ground_truth["decisive_turn"]]
         sub = r["loci"]["first_error_wrong"]
         assert sub["n"] == len(wrong)
+        missed = [t for t in keyed if rule_based_guess(t)[0] != t.ground_truth["decisive_turn"]]
+        assert r["loci"]["rule_wrong"]["n"] == len(missed) <= len(wrong)
+        assert r["loci"]["rule_wrong"]["first_error"]["exact"] in (0, None)
         assert sub["no_error_observation"] == sum(first_error_turn(t) is None for t in wrong)
         # off the subset the rule is right by definition: its hits everywhere are those plus its subset hits
         everywhere, there = r["loci"]["all"]["first_error"]["exact"], sub["first_error"]["exact"] or 0.0
