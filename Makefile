@@ -37,11 +37,11 @@ demo: $(STAMP) sandbox
 test: $(STAMP) sandbox
 	# Debian's Chromium for the browser family's Playwright backend and the report test (idempotent; CI runs as root)
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
-	COEVOLVE_FUZZ_EXAMPLES=60 $(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --hypothesis-profile=ci
 
 test-slow: $(STAMP) sandbox
 	$(BIN)/python -m pytest -q -m "slow" tests/
-	$(BIN)/python -m pytest -q tests/test_fuzz.py
+	$(BIN)/python -m pytest -q tests/test_fuzz.py --hypothesis-profile=slow
 
 bench: $(STAMP)
 	$(BIN)/python bench/rollout_overhead.py

@@ -1,14 +1,40 @@
-"""Shared fixtures. Ray tests share one session-scoped local cluster (never `ray.init` ad hoc)."""
+"""Shared fixtures. Ray tests share one session-scoped local cluster (never `ray.init` ad hoc).
+
+Hypothesis profiles. Every hypothesis test inherits the loaded one; the fuzz tests (test_fuzz.py) take
+all of it, the property tests of test_codec.py and test_families.py fix their own `max_examples` and take
+the rest (derandomisation, database):
+
+- `ci` (the default, and what `make test` selects with `--hypothesis-profile=ci`): derandomised, so
+  every run draws the same 60 cases per test and CI passes or fails the same way each time; no example
+  database (a fresh clone and a warm checkout behave alike); a failure prints its reproduction blob.
+- `slow` (`make test-slow`): randomised, 300 cases per test, new draws each run; failures found are
+  kept in `.hypothesis/` and replayed first next time.
+"""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+# The fuzz tests draw inside function-scoped fixtures and some cases are slow (a CLI invocation, a rollout).
+SUPPRESSED_HEALTH_CHECKS = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+settings.register_profile(
+    "ci", derandomize=True, database=None, print_blob=True, max_examples=60, deadline=None,
+    suppress_health_check=SUPPRESSED_HEALTH_CHECKS,
+)
+settings.register_profile(
+    "slow", derandomize=False, print_blob=True, max_examples=300, deadline=None,
+    suppress_health_check=SUPPRESSED_HEALTH_CHECKS,
+)
+# Loaded here, before any test module builds its settings; `--hypothesis-profile` (the hypothesis pytest
+# plugin, which configures after this file is imported) overrides it.
+settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -1,19 +1,23 @@
-"""`apply_edit`: every operation, every way an edit is refused, and the stability of harness ids."""
+"""`apply_edit`: every operation, every way an edit is refused (its meaning, and its types at the boundary,
+from JSON and from dataclasses), and the stability of harness ids."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness_store.codec import content_id
-from harness_store.edits import EditError, apply_edit
+from harness_store.edits import EditError, apply_edit, edit_from_json, edit_to_json, validate_harness
 from harness_store.values import (
     AddHook,
     AddRecipe,
@@ -334,3 +338,458 @@ def test_ids_are_stable_across_processes():
     there = json.loads(out.stdout.strip().splitlines()[-1])
     assert there == [BASE.id, apply_edit(BASE, EDIT).id]
     assert len(set(there)) == 2
+
+
+# ------------------------------------------------------------------ the typed boundary (issue 23)
+# Every edit is parsed into a typed model before it is applied, wherever it comes from: a proposer's JSON
+# (`edit_from_json`), a dataclass built in code or decoded from a stored record (`apply_edit`). A wrong
+# type, a missing field, an unknown op or field, or a value JSON cannot carry is one EditError, one line,
+# naming the op index, the op kind and the field; never another exception.
+
+# A valid JSON form of each op against BASE; each test below breaks one thing in one of them.
+VALID_JSON_OPS: dict[str, dict[str, Any]] = {
+    "set_section": {"name": "role", "text": "You audit sensors carefully."},
+    "append_section": {"name": "rules", "text": "Check units."},
+    "remove_section": {"name": "rules"},
+    "add_tool": {
+        "name": "list_sensors",
+        "description": "List sensors.",
+        "parameters": OBJ,
+        "impl": "iot.list",
+    },
+    "alter_tool": {"name": "read_sensor", "description": "Read one sensor.", "parameters": OBJ},
+    "remove_tool": {"name": "read_sensor"},
+    "add_hook": {"event": "on_finish", "kind": "finish_checklist", "params": {"items": ["all read"]}},
+    "remove_hook": {"event": "before_call", "kind": "validate_args"},
+    "set_context_policy": {"strategy": "summarise", "token_budget": 4000, "keep_last": 3},
+    "add_recipe": {"name": "drift", "text": "Drift above 2%/h is an anomaly."},
+    "set_max_turns": {"max_turns": 30},
+}
+REQUIRED_JSON_FIELDS: dict[str, list[str]] = {
+    "set_section": ["name", "text"],
+    "append_section": ["name", "text"],
+    "remove_section": ["name"],
+    "add_tool": ["name", "description", "parameters"],
+    "alter_tool": ["name"],
+    "remove_tool": ["name"],
+    "add_hook": ["kind"],
+    "remove_hook": ["event", "kind"],
+    "set_context_policy": ["strategy"],
+    "add_recipe": ["name", "text"],
+    "set_max_turns": ["max_turns"],
+}
+INT_FIELDS = {"token_budget", "keep_last", "max_turns"}
+OBJECT_FIELDS = {"parameters", "params"}
+# null means "left out" for these (alter_tool: keep the old value; add_hook: the kind's event, no params)
+NULL_ALLOWED = {
+    ("alter_tool", "description"),
+    ("alter_tool", "parameters"),
+    ("add_hook", "event"),
+    ("add_hook", "params"),
+}
+WRONG_FOR_STRING = [{"a": 1}, 5, 1.5, True, ["x"]]
+WRONG_FOR_OBJECT = ["schema", ["type", "object"], 5, True]
+WRONG_FOR_INT = [1.5, 3.0, "3", True, {"n": 1}, [3]]
+
+# The two crashes hypothesis found (`make test` on a fresh clone, tests/test_fuzz.py).
+CRASH_ADD_TOOL = {"op": "add_tool", "name": {"x": 1}, "description": "d", "parameters": {"type": "object"}}
+CRASH_ADD_RECIPE = {"op": "add_recipe", "name": {"x": 1}}
+
+
+def one_line_edit_error(fn: Callable[[], object]) -> str:
+    """The message of the one EditError that `fn` raises (any other exception fails the test)."""
+    with pytest.raises(EditError) as info:
+        fn()
+    msg = str(info.value)
+    assert msg and "\n" not in msg, msg
+    return msg
+
+
+def from_json_and_apply(*ops: object, **edit_fields: object) -> Harness:
+    return apply_edit(
+        BASE, edit_from_json({"rationale": "r", "targets": "t", "ops": list(ops), **edit_fields})
+    )
+
+
+def json_op(op_kind: str, /, **changes: object) -> dict[str, Any]:
+    """The valid JSON op of that kind with some fields changed (positional-only: a field may be `kind`)."""
+    return {"op": op_kind, **VALID_JSON_OPS[op_kind], **changes}
+
+
+def test_every_valid_json_op_template_applies():
+    for kind in VALID_JSON_OPS:
+        assert from_json_and_apply(json_op(kind)) != BASE, kind
+
+
+def test_the_add_tool_crash_is_an_edit_error_naming_op_and_field():
+    msg = one_line_edit_error(lambda: from_json_and_apply(CRASH_ADD_TOOL))
+    assert msg.startswith("op 0 (add_tool): field 'name' must be a string, not an object"), msg
+    msg = one_line_edit_error(lambda: apply(AddTool(ToolSpec({"x": 1}, "d", OBJ, "impl"))))
+    assert msg.startswith("op 0 (AddTool): field 'tool.name' must be a string, not an object"), msg
+    msg = one_line_edit_error(lambda: apply(AddTool(ToolSpec("ok", "d", OBJ, {"x": 1}))))
+    assert msg.startswith("op 0 (AddTool): field 'tool.impl' must be a string"), msg
+
+
+def test_the_add_recipe_crash_is_an_edit_error_naming_op_and_field():
+    msg = one_line_edit_error(lambda: from_json_and_apply(CRASH_ADD_RECIPE))
+    assert msg.startswith("op 0 (add_recipe): field 'name' must be a string, not an object"), msg
+    msg = one_line_edit_error(lambda: apply(AddRecipe(Recipe({"x": 1}, "t"))))
+    assert msg.startswith("op 0 (AddRecipe): field 'recipe.name' must be a string, not an object"), msg
+    msg = one_line_edit_error(lambda: apply(AddRecipe(Recipe("units", ["again"]))))
+    assert msg.startswith("op 0 (AddRecipe): field 'recipe.text' must be a string, not a list"), msg
+
+
+def _wrong_json_values() -> list[Any]:
+    cases = []
+    for kind, fields in VALID_JSON_OPS.items():
+        for field in fields:
+            wrong = (
+                WRONG_FOR_INT
+                if field in INT_FIELDS
+                else WRONG_FOR_OBJECT
+                if field in OBJECT_FIELDS
+                else WRONG_FOR_STRING
+            )
+            if (kind, field) not in NULL_ALLOWED:
+                wrong = [*wrong, None]
+            cases += [pytest.param(kind, field, v, id=f"{kind}-{field}-{type(v).__name__}") for v in wrong]
+    return cases
+
+
+@pytest.mark.parametrize(("kind", "field", "value"), _wrong_json_values())
+def test_a_wrong_type_in_a_json_op_is_one_error_naming_index_kind_and_field(kind, field, value):
+    first = json_op("set_section", name="notes", text="n")
+    msg = one_line_edit_error(lambda: from_json_and_apply(first, json_op(kind, **{field: value})))
+    assert msg.startswith(f"op 1 ({kind}): field '{field}' must be "), msg
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"), [(k, f) for k, fields in REQUIRED_JSON_FIELDS.items() for f in fields]
+)
+def test_a_missing_required_field_is_one_error_naming_it(kind, field):
+    op = json_op(kind)
+    del op[field]
+    msg = one_line_edit_error(lambda: from_json_and_apply(op))
+    assert msg.startswith(f"op 0 ({kind}): field '{field}' is required but missing"), msg
+
+
+def test_optional_json_fields_take_their_documented_defaults():
+    edit = edit_from_json(
+        {
+            "ops": [
+                {"op": "add_tool", "name": "list_sensors", "description": "d", "parameters": OBJ},
+                {"op": "add_hook", "kind": "progress_reminder"},
+                {"op": "add_hook", "kind": "finish_checklist", "event": None, "params": None},
+                {"op": "set_context_policy", "strategy": "pin-notes"},
+                {"op": "alter_tool", "name": "read_sensor", "description": "d", "parameters": None},
+            ]
+        }
+    )
+    assert edit.ops == (
+        AddTool(ToolSpec("list_sensors", "d", OBJ, "list_sensors")),
+        AddHook(HookSpec("on_turn", "progress_reminder", {})),
+        AddHook(HookSpec("on_finish", "finish_checklist", {})),
+        SetContextPolicy(ContextPolicy("pin-notes", ContextPolicy().token_budget, ContextPolicy().keep_last)),
+        AlterTool("read_sensor", "d", None),
+    )
+    assert edit.rationale == "" and edit.targets == ""
+
+
+def test_json_form_round_trips():
+    edit = HarnessEdit(
+        ops=(
+            *EDIT.ops,
+            AddTool(ToolSpec("list_sensors", "d", OBJ, "iot.list")),
+            AlterTool("read_sensor", "d"),
+            SetMaxTurns(30),
+            RemoveHook("before_call", "validate_args"),
+            AddRecipe(Recipe("r", "t")),
+        ),
+        rationale="why",
+        targets="tool-use",
+    )
+    assert edit_from_json(json.loads(json.dumps(edit_to_json(edit)))) == edit
+
+
+@pytest.mark.parametrize(
+    ("op", "needle"),
+    [
+        pytest.param(
+            {"op": "rewrite_model", "name": "x"},
+            "op 0: unknown op 'rewrite_model' (ops: set_section,",
+            id="unknown-op",
+        ),
+        pytest.param({"op": {"x": 1}}, "op 0: 'op' must be a string, not an object", id="op-not-a-string"),
+        pytest.param({"op": 3}, "op 0: 'op' must be a string, not an integer", id="op-an-int"),
+        pytest.param({"name": "x"}, "op 0: must be an object with a string 'op'", id="no-op-key"),
+        pytest.param(
+            ["set_section"], "op 0: must be an object with a string 'op', not a list", id="op-a-list"
+        ),
+        pytest.param(None, "op 0: must be an object with a string 'op', not null", id="op-null"),
+    ],
+)
+def test_an_unknown_or_shapeless_op_is_one_error(op, needle):
+    msg = one_line_edit_error(lambda: from_json_and_apply(op))
+    assert msg.startswith(needle), msg
+
+
+@pytest.mark.parametrize("kind", sorted(VALID_JSON_OPS))
+def test_an_unknown_field_is_refused_listing_the_fields(kind):
+    """Unknown fields are refused, not ignored: a misplaced field (params written at the top level) would
+    otherwise apply a different edit from the one the proposer meant."""
+    msg = one_line_edit_error(lambda: from_json_and_apply(json_op(kind, colour="red")))
+    fields = (
+        ", ".join(VALID_JSON_OPS[kind])
+        if kind != "set_context_policy"
+        else "strategy, token_budget, keep_last"
+    )
+    assert msg.startswith(f"op 0 ({kind}): field 'colour' is not a field of this operation ("), msg
+    assert all(f in msg for f in fields.split(", ")), msg
+
+
+@pytest.mark.parametrize(
+    ("obj", "needle"),
+    [
+        pytest.param([], "an edit must be a JSON object with 'ops', not a list", id="edit-a-list"),
+        pytest.param({"rationale": "r"}, "edit: field 'ops' is required but missing", id="no-ops"),
+        pytest.param({"ops": []}, "edit: field 'ops' must not be empty", id="empty-ops"),
+        pytest.param(
+            {"ops": {"op": "remove_tool"}}, "edit: field 'ops' must be a list, not an object", id="ops-dict"
+        ),
+        pytest.param(
+            {"ops": [json_op("set_max_turns")], "rationale": {"x": 1}},
+            "edit: field 'rationale' must be a string, not an object",
+            id="rationale-dict",
+        ),
+        pytest.param(
+            {"ops": [json_op("set_max_turns")], "targets": None},
+            "edit: field 'targets' must be a string, not null",
+            id="targets-null",
+        ),
+        pytest.param(
+            {"ops": [json_op("set_max_turns")], "confidence": 0.9},
+            "edit: field 'confidence' is not a field of an edit (fields: rationale, targets, ops)",
+            id="edit-extra-field",
+        ),
+    ],
+)
+def test_a_malformed_edit_object_is_one_error(obj, needle):
+    msg = one_line_edit_error(lambda: apply_edit(BASE, edit_from_json(obj)))
+    assert msg.startswith(needle), msg
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    root: dict[str, Any] = {"type": "object"}
+    node = root
+    for _ in range(levels):
+        node["x"] = {}
+        node = node["x"]
+    return root
+
+
+def _cyclic() -> dict[str, Any]:
+    d: dict[str, Any] = {"type": "object"}
+    d["self"] = d
+    return d
+
+
+NON_JSON_PARAMETERS = [
+    pytest.param(
+        {"type": "object", "maximum": float("inf")}, "inf, which is not a JSON number at maximum", id="inf"
+    ),
+    pytest.param({"type": "object", "maximum": float("nan")}, "nan, which is not a JSON number", id="nan"),
+    pytest.param(
+        {"type": "object", "maximum": 2**70}, "integer outside the 64-bit range at maximum", id="huge-int"
+    ),
+    pytest.param({"type": "object", "enum": {1, 2}}, "holds a set, which is not a JSON value", id="set"),
+    pytest.param({"type": "object", 3: "x"}, "has an integer as a key", id="int-key"),
+    pytest.param({"type": "object", "d\ud800": 1}, "not valid Unicode", id="surrogate-key"),
+    pytest.param({"type": "object", "x": b"bytes"}, "holds a bytes", id="bytes"),
+    pytest.param(_deep(40), "nested deeper than 32 levels", id="deep"),
+    pytest.param(_deep(100_000), "nested deeper than 32 levels", id="very-deep"),
+    pytest.param(_cyclic(), "nested deeper than 32 levels", id="cyclic"),
+]
+
+
+@pytest.mark.parametrize(("parameters", "needle"), NON_JSON_PARAMETERS)
+def test_a_value_json_cannot_carry_is_one_error(parameters, needle):
+    msg = one_line_edit_error(lambda: from_json_and_apply(json_op("alter_tool", parameters=parameters)))
+    assert msg.startswith("op 0 (alter_tool): field 'parameters' "), msg
+    assert needle in msg, msg
+    msg = one_line_edit_error(lambda: apply(AlterTool("read_sensor", parameters=parameters)))
+    assert msg.startswith("op 0 (AlterTool): field 'parameters' ") and needle in msg, msg
+    msg = one_line_edit_error(
+        lambda: apply(AddHook(HookSpec("on_finish", "finish_checklist", {"items": [parameters]})))
+    )
+    assert msg.startswith("op 0 (AddHook): field 'hook.params' "), msg
+
+
+def test_non_json_values_in_text_fields_and_deep_edits_are_one_error():
+    msg = one_line_edit_error(lambda: from_json_and_apply(json_op("set_section", text="bad \ud800 text")))
+    assert msg.startswith("op 0 (set_section): field 'text' is not valid Unicode"), msg
+    msg = one_line_edit_error(lambda: from_json_and_apply(json_op("set_max_turns", max_turns=10**5000)))
+    assert msg.startswith("op 0 (set_max_turns): field 'max_turns' must be a 64-bit integer"), msg
+    nested: list[Any] = []
+    for _ in range(100_000):
+        nested = [nested]
+    msg = one_line_edit_error(lambda: apply_edit(BASE, edit_from_json({"ops": nested})))
+    assert msg.startswith("op 0: must be an object with a string 'op', not a list"), msg
+
+
+# The dataclass ops, typed wrongly field by field, as a stored record or other code could hand them over
+# (no type checker runs on this file: the misuse is deliberate).
+VALID_DATACLASS_OPS = [
+    SetSection("role", "You audit sensors carefully."),
+    AppendSection("rules", "Check units."),
+    RemoveSection("rules"),
+    AddTool(ToolSpec("list_sensors", "List sensors.", OBJ, "iot.list")),
+    AlterTool("read_sensor", "Read one sensor.", OBJ),
+    RemoveTool("read_sensor"),
+    AddHook(HookSpec("on_finish", "finish_checklist", {"items": ["all read"]})),
+    RemoveHook("before_call", "validate_args"),
+    SetContextPolicy(ContextPolicy("summarise", 4000, 3)),
+    AddRecipe(Recipe("drift", "Drift above 2%/h is an anomaly.")),
+    SetMaxTurns(30),
+]
+
+
+def _leaf_fields(value: Any, prefix: str = "") -> list[tuple[str, str, Callable[[Any], Any]]]:
+    """(path, annotation, rebuild-with-this-field-replaced) for every scalar or dict field, one level into
+    the wrapped parts (AddTool's ToolSpec ...)."""
+    out = []
+    for f in dataclasses.fields(value):
+        inner = getattr(value, f.name)
+        if dataclasses.is_dataclass(inner):
+            for path, annotation, rebuild in _leaf_fields(inner, f"{prefix}{f.name}."):
+                out.append(
+                    (path, annotation, lambda v, r=rebuild, n=f.name: dataclasses.replace(value, **{n: r(v)}))
+                )
+        else:
+            out.append(
+                (prefix + f.name, str(f.type), lambda v, n=f.name: dataclasses.replace(value, **{n: v}))
+            )
+    return out
+
+
+def _wrong_dataclass_fields() -> list[Any]:
+    cases = []
+    for op in VALID_DATACLASS_OPS:
+        for path, annotation, rebuild in _leaf_fields(op):
+            wrong = (
+                WRONG_FOR_OBJECT
+                if "dict" in annotation
+                else WRONG_FOR_INT
+                if annotation == "int"
+                else WRONG_FOR_STRING
+            )
+            if "None" not in annotation:
+                wrong = [*wrong, None]
+            cases += [
+                pytest.param(
+                    rebuild(v), type(op).__name__, path, id=f"{type(op).__name__}-{path}-{type(v).__name__}"
+                )
+                for v in wrong
+            ]
+    return cases
+
+
+def test_every_valid_dataclass_op_template_applies():
+    for op in VALID_DATACLASS_OPS:
+        assert apply(op) != BASE, op
+
+
+@pytest.mark.parametrize(("op", "op_name", "path"), _wrong_dataclass_fields())
+def test_a_wrongly_typed_dataclass_op_is_one_error_naming_the_field(op, op_name, path):
+    first = SetSection("notes", "n")
+    msg = one_line_edit_error(lambda: apply_edit(BASE, HarnessEdit(ops=(first, op))))
+    assert msg.startswith(f"op 1 ({op_name}): field '{path}' must be "), msg
+
+
+@pytest.mark.parametrize(
+    ("op", "needle"),
+    [
+        pytest.param(
+            AddHook({"event": "on_finish"}),
+            "op 0 (AddHook): hook must be a HookSpec, not an object",
+            id="hook-a-dict",
+        ),
+        pytest.param(
+            SetContextPolicy("summarise"),
+            "op 0 (SetContextPolicy): policy must be a ContextPolicy",
+            id="policy-a-string",
+        ),
+        pytest.param(
+            AddRecipe(None), "op 0 (AddRecipe): recipe must be a Recipe, not null", id="recipe-none"
+        ),
+        pytest.param(
+            {"op": "set_max_turns", "max_turns": 30}, "op 0 (dict): unknown operation", id="json-not-parsed"
+        ),
+    ],
+)
+def test_a_dataclass_op_wrapping_the_wrong_thing_is_one_error(op, needle):
+    msg = one_line_edit_error(lambda: apply(op))
+    assert msg.startswith(needle), msg
+
+
+def test_a_wrongly_typed_edit_or_harness_is_one_error():
+    assert one_line_edit_error(lambda: apply_edit(BASE, {"ops": []})).startswith("edit must be a HarnessEdit")
+    assert "ops must be a tuple" in one_line_edit_error(
+        lambda: apply_edit(BASE, HarnessEdit(ops=SetMaxTurns(3)))
+    )
+    assert "rationale and targets must be strings" in one_line_edit_error(
+        lambda: apply_edit(BASE, HarnessEdit(ops=(SetMaxTurns(3),), rationale={"x": 1}))
+    )
+    broken_tool = dataclasses.replace(BASE, tools=(ToolSpec({"x": 1}, "d", OBJ, "i"), *BASE.tools[1:]))
+    msg = one_line_edit_error(lambda: apply_edit(broken_tool, HarnessEdit(ops=(SetMaxTurns(30),))))
+    assert msg.startswith("harness field 'tools[0].name' must be a string, not an object"), msg
+    assert one_line_edit_error(lambda: validate_harness(broken_tool)) == msg
+    broken_section = dataclasses.replace(BASE, system_prompt=(PromptSection("rules", {"x": 1}),))
+    msg = one_line_edit_error(
+        lambda: apply_edit(broken_section, HarnessEdit(ops=(AppendSection("rules", "more"),)))
+    )
+    assert msg.startswith("harness field 'system_prompt[0].text' must be a string"), msg
+    msg = one_line_edit_error(lambda: validate_harness(dataclasses.replace(BASE, recipes=({"name": "r"},))))
+    assert msg.startswith("harness recipes[0] must be a Recipe, not an object"), msg
+    msg = one_line_edit_error(lambda: validate_harness(dataclasses.replace(BASE, max_turns="24")))
+    assert msg.startswith("harness max_turns must be an integer, not a string"), msg
+
+
+def test_a_stored_edit_decoded_with_wrong_types_is_one_error():
+    """What the store's codec decodes is typed only by its tags: a record written by a buggy producer
+    comes back as dataclasses with wrong field types, and is refused like any other bad edit."""
+    from harness_store.codec import from_plain
+
+    record = {
+        "~t": "HarnessEdit",
+        "rationale": "r",
+        "targets": "t",
+        "ops": [{"~t": "AddRecipe", "recipe": {"~t": "Recipe", "name": {"x": 1}, "text": "t"}}],
+    }
+    edit = from_plain(record)
+    assert isinstance(edit, HarnessEdit)
+    msg = one_line_edit_error(lambda: apply_edit(BASE, edit))
+    assert msg.startswith("op 0 (AddRecipe): field 'recipe.name' must be a string, not an object"), msg
+
+
+def test_malformed_proposer_answers_are_recorded_failed_proposals():
+    from agents.meta.proposer import parse_response
+
+    answer = json.dumps(
+        {
+            "edits": [
+                {"rationale": "crash 1", "ops": [CRASH_ADD_TOOL]},
+                {"rationale": "crash 2", "ops": [CRASH_ADD_RECIPE]},
+                {"rationale": "nan", "ops": [json_op("add_hook", params={"items": [float("nan")]})]},
+                {"rationale": "fine", "targets": "other", "ops": [json_op("set_max_turns")]},
+                "not an edit",
+            ]
+        }
+    )
+    props = parse_response(f"Here you go:\n```json\n{answer}\n```", BASE)
+    assert [p.candidate is None for p in props] == [True, True, True, False, True]
+    assert props[0].error.startswith("op 0 (add_tool): field 'name' must be a string"), props[0].error
+    assert props[1].error.startswith("op 0 (add_recipe): field 'name' must be a string"), props[1].error
+    assert "not a JSON number" in props[2].error, props[2].error
+    assert props[3].error is None and props[3].candidate.max_turns == 30
+    assert props[4].error.startswith("an edit must be a JSON object"), props[4].error
+    assert all(p.edit is None and "\n" not in p.error for p in props if p.error)

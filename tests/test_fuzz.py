@@ -9,8 +9,9 @@ never another exception.
   calls): never raise; an unusable answer is recorded as unknown;
 - training rows (`load_rows` on fuzzed JSONL bytes): `TrainingError` or rows.
 
-Each test counts the cases it tried; with `-s` the counts are printed at the end of the module
-(`COEVOLVE_FUZZ_COUNTS=<file>` also writes them as JSON).
+How many cases each test tries, and whether they are random, is the hypothesis profile's choice
+(tests/conftest.py). Each test counts the cases it tried; with `-s` the counts are printed at the end
+of the module (`COEVOLVE_FUZZ_COUNTS=<file>` also writes them as JSON).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agents.executor import Completion, Executor
@@ -33,7 +34,9 @@ from harness_store.edits import HOOK_KINDS, EditError, apply_edit, edit_from_jso
 from tasks import get_family
 
 COUNTS: Counter[str] = Counter()
-FUZZ = settings(max_examples=int(os.environ.get("COEVOLVE_FUZZ_EXAMPLES", "300")), deadline=None,
+# The number of cases, and whether they are drawn at random, come from the loaded hypothesis profile
+# (tests/conftest.py: `ci`, derandomised, 60 cases, in `make test`; `slow`, random, 300, `make test-slow`).
+FUZZ = settings(deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 FAM = get_family("iot")
 
@@ -181,8 +184,17 @@ def edit_json(draw):
     return draw(st.one_of(st.just(obj), json_values)) if draw(st.integers(0, 19)) == 0 else obj
 
 
+# The two crashes hypothesis found (issue 23), tried on every run whatever the profile draws.
+CRASH_EXAMPLES = [
+    {"ops": [{"op": "add_tool", "name": {"x": 1}, "description": "d", "parameters": {"type": "object"}}]},
+    {"ops": [{"op": "add_recipe", "name": {"x": 1}}]},
+]
+
+
 @FUZZ
 @given(obj=edit_json())
+@example(obj=CRASH_EXAMPLES[0])
+@example(obj=CRASH_EXAMPLES[1])
 def test_harness_edits_give_an_edit_error_or_a_valid_harness(obj):
     COUNTS["harness_edits"] += 1
     try:
@@ -196,6 +208,8 @@ def test_harness_edits_give_an_edit_error_or_a_valid_harness(obj):
 
 @FUZZ
 @given(obj=edit_json(), noise=st.tuples(junk_text, junk_text), raw=st.one_of(st.none(), junk_text))
+@example(obj=CRASH_EXAMPLES[0], noise=("", ""), raw=None)
+@example(obj=CRASH_EXAMPLES[1], noise=("", ""), raw=None)
 def test_proposer_answers_give_proposals_never_an_exception(obj, noise, raw):
     from agents.meta.proposer import parse_response
 
