@@ -370,6 +370,8 @@ def harness_apply(
         raise UsageError(f"cannot read {edit_file}: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UsageError(f"{edit_file} is not a JSON edit: {e}") from None
+    except RecursionError:
+        raise UsageError(f"{edit_file} is nested too deeply to be an edit") from None
     edit = edit_from_json(raw)
     from_baseline = base.endswith(":baseline") and base.count(":") == 1
     if from_baseline:

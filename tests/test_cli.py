@@ -107,3 +107,21 @@ def test_tasks_list_json():
     r = invoke("tasks", "list", "--json")
     rows = json.loads(r.stdout)
     assert any(row["family"] == "iot" and row["val"] == 50 for row in rows)
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[" * 100_000, "nested too deeply"),
+        ('{"ops": [{"op": "add_recipe", "name": {"a": 1}, "text": "x"}]}', "op 0 (add_recipe)"),
+        ('{"ops": [{"op": "nosuch"}]}', "op 0"),
+    ],
+)
+def test_harness_apply_of_a_bad_edit_is_one_error_line_and_stores_nothing(tmp_path, text, message):
+    edit, store = tmp_path / "edit.json", tmp_path / "store"
+    edit.write_text(text)
+    r = invoke("harness", "apply", "iot:baseline", edit, "--store", store)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
+    assert "Traceback" not in r.output
+    assert not (store / "store.db").exists() or not HarnessStore(store, create=False).list_harnesses()
