@@ -4,8 +4,10 @@ Each turn the policy rebuilds its state from the messages it can see, takes the 
 family's plan, and can fail in one of five ways:
 
 - implicit-knowledge: a fact the step needs is neither known nor stated in the visible harness text
-  (stated = its concept is carried, see `tasks.base.Concept`); the policy then guesses it right only
-  at its `guess_rate`, otherwise takes the plausible wrong branch;
+  (stated = its concept is carried and not negated, see `tasks.base.Rule`); the policy then guesses
+  it right only at its `guess_rate`, otherwise takes the plausible wrong branch. A fact the harness
+  contradicts (its negation or a reversal stated) takes the wrong branch even when the profile knows
+  it: the model follows its instructions, so a harness that states a wrong rule hurts;
 - tool-use: malformed arguments at the profile's error rate; a validation hook's answer is always
   acted on, an environment error only at the `repair_rate`;
 - long-context: an observation the step reads is no longer visible in full;
