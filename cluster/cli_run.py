@@ -155,6 +155,10 @@ def _print_final(s: dict[str, Any]) -> None:
     if result.get("report"):
         console.print(f"report: {result['report']['html']}")
     testbed_notice()
+    if s.get("train_backend") == "synthetic" and any(f.get("adapter") for f in (result.get("families") or {}).values()):
+        from agents.report import SYNTHETIC_ADAPTER_RULES
+
+        console.print(f"[dim]note: {SYNTHETIC_ADAPTER_RULES}[/dim]")
 
 
 def _say(as_json: bool, obj: dict[str, Any], text: str) -> None:

@@ -84,7 +84,8 @@ class MetaAgent:
     def status(self) -> dict[str, Any]:
         pools = {name: {"actors": len(p.actors), "replacements": p.replacements, **p.load.as_json(list(p.actors))}
                  for name, p in list(self.pools.items())}
-        return {**self.state, "work": self.meter.as_json(), "pools": pools, "alive": bool(self.thread and self.thread.is_alive())}
+        return {**self.state, "work": self.meter.as_json(), "pools": pools, "alive": bool(self.thread and self.thread.is_alive()),
+                "train_backend": self.profile.train.backend}
 
     def stop(self) -> bool:
         from harness_store.store import HarnessStore

@@ -125,3 +125,16 @@ def test_harness_apply_of_a_bad_edit_is_one_error_line_and_stores_nothing(tmp_pa
     assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
     assert "Traceback" not in r.output
     assert not (store / "store.db").exists() or not HarnessStore(store, create=False).list_harnesses()
+
+
+def test_a_run_s_final_table_names_the_synthetic_adapter_rules_when_its_adapters_are_synthetic(capsys):
+    from agents.report import SYNTHETIC_ADAPTER_RULES
+    from cluster.cli_run import _print_final
+
+    cell = {"pass_at_1": 0.5, "ci95": [0.4, 0.6]}
+    status = {"run_id": "r1", "stage": "finished", "train_backend": "synthetic",
+              "result": {"stop_reason": "done", "families": {"iot": {"test": {"baseline": cell}, "gain": 0.1, "adapter": "a1"}}}}
+    _print_final(status)
+    assert SYNTHETIC_ADAPTER_RULES[:40] in " ".join(capsys.readouterr().out.split())
+    _print_final({**status, "train_backend": "peft"})
+    assert SYNTHETIC_ADAPTER_RULES[:40] not in " ".join(capsys.readouterr().out.split())
