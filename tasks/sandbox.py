@@ -146,18 +146,19 @@ class SandboxResult:
     returncode: int | None
     stdout: str
     stderr: str
-    duration_s: float
+    duration_s: float  # wall-clock time of the run: a record only, never rendered (see `report`)
     timed_out: bool = False
     violations: tuple[str, ...] = ()  # "network: ...", "filesystem: ...", "process: ...", "memory: ...", "timeout: ..."
     tests: tuple[TestResult, ...] = ()
     completed: bool = True  # the runner reached its end marker (tests mode)
     isolation: tuple[str, ...] = field(default=())
+    wall_limit_s: float = Limits.wall_s  # the run's wall-clock limit (what a timeout is reported against)
 
     @property
     def stopped(self) -> str | None:
         """Why the sandbox stopped or refused something, or None if it did not."""
         if self.timed_out:
-            return f"the run was stopped after the {self.duration_s:.1f} s wall-clock limit (endless loop?)"
+            return f"the run was stopped at the {self.wall_limit_s:g} s wall-clock limit (endless loop?)"
         if self.violations:
             return "; ".join(dict.fromkeys(self.violations))
         if self.returncode is not None and self.returncode < 0:
@@ -179,7 +180,9 @@ class SandboxResult:
         return self.stopped is None and bool(self.tests) and all(t.outcome == "passed" for t in self.tests)
 
     def report(self, max_chars: int = 6000) -> str:
-        """A pytest-like summary for a tool observation."""
+        """A pytest-like summary for a tool observation. It holds nothing measured by the clock (no
+        durations): it reaches trajectories and the proposer's evidence, which feed ids and seeds, so the
+        same run must render the same text on a quiet machine and a loaded one."""
         lines = [f"{t.id} {t.outcome.upper()}" for t in self.tests]
         bad = [t for t in self.tests if t.outcome != "passed"]
         if bad:
@@ -188,7 +191,7 @@ class SandboxResult:
                 lines.append(f"{t.id}\n  {t.message.strip()[:800]}".rstrip())
         counts = {o: sum(t.outcome == o for t in self.tests) for o in ("passed", "failed", "error")}
         summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "no tests ran"
-        lines.append(f"=== {summary} in {self.duration_s:.2f}s ===")
+        lines.append(f"=== {summary} ===")
         if self.stopped:
             lines.append(f"sandbox: {self.stopped}")
         out = "\n".join(lines)
@@ -913,10 +916,11 @@ def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) 
     body = json.dumps({"files": tree, "mode": mode, "args": args, "paths": paths}).encode()
     reply = _Zygote.run(plan, body, limits.wall_s, limits.output_bytes)
     if reply is None:  # the sandbox itself stopped answering; it was killed
-        return SandboxResult(None, "", "", float(limits.wall_s), timed_out=True, completed=False, isolation=plan.layers)
+        return SandboxResult(None, "", "", float(limits.wall_s), timed_out=True, completed=False, isolation=plan.layers,
+                             wall_limit_s=limits.wall_s)
     if "error" in reply:
         return SandboxResult(None, "", str(reply["error"]), 0.0, violations=(f"sandbox: {reply['error']}",),
-                             completed=False, isolation=plan.layers)
+                             completed=False, isolation=plan.layers, wall_limit_s=limits.wall_s)
     timed_out = bool(reply["timed_out"])
     stdout = reply["out"] + ("\n...[output truncated]" if reply["out_cut"] else "")
     stderr = reply["err"] + ("\n...[output truncated]" if reply["err_cut"] else "")
@@ -950,6 +954,7 @@ def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) 
         tests=tuple(tests.values()),
         completed=completed,
         isolation=plan.layers,
+        wall_limit_s=limits.wall_s,
     )
 
 

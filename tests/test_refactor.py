@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -478,3 +479,62 @@ def test_sandbox_stops_or_refuses_model_code_and_env_reports_an_error(what):
     # the env still works afterwards, and a normal run is not an error
     ok = env.call("run_tests", {"path": min(p for p in env.files if p.startswith("tests/test_") and p != "tests/test_evil.py")})
     assert not ok.error and "passed" in ok.content
+
+
+# ------------------------------------------------------------------ results that do not depend on the clock
+def test_sandbox_report_and_stop_reason_hold_no_measured_duration():
+    from tasks.sandbox import SandboxResult, TestResult
+
+    tests = (TestResult("tests/test_a.py::test_one", "passed"), TestResult("tests/test_a.py::test_two", "failed", "boom"))
+    quick = SandboxResult(0, "", "", 0.01, tests=tests)
+    slow = replace(quick, duration_s=7.25)
+    assert quick.report() == slow.report()
+    assert quick.report().endswith("=== 1 passed, 1 failed ===")
+    stopped = SandboxResult(None, "", "", 15.02, timed_out=True, completed=False, wall_limit_s=15.0)
+    assert stopped.stopped == replace(stopped, duration_s=16.9).stopped
+    assert "15 s wall-clock limit" in (stopped.stopped or "")
+
+
+def _evolve_refactor(root: Path) -> tuple[str, int, float, int]:
+    """A small refactor evolution (seed 1 accepts two edits), in-process: final harness id, rollouts,
+    evolved val, accepted edits."""
+    from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+    from harness_store.store import HarnessStore
+    from tests.rollouts import InProcessEvaluator, proposer_complete
+
+    config = EvolveConfig(family="refactor", model="synthetic/weak", seed=1, train_batch=8, val_n=12, candidates=2,
+                          plateau=2, budget=Budget(iterations=3, rollouts=10_000))
+    store = HarnessStore(root)
+    run_id = store.create_run("evolve", config.to_json())
+    proposer = LLMProposer(config.proposer, proposer_complete, FAM.handbook)
+    result = HarnessEvolution(config, InProcessEvaluator(), proposer, store, run_id).run()
+    return result.harness_id, result.rollouts_used, result.evolved_val, len(result.accepted)
+
+
+def test_refactor_evolution_is_the_same_on_a_quiet_and_a_loaded_machine(tmp_path, monkeypatch):
+    """Issue 24.3: sandbox durations reached the observations, the evidence and the proposer's seed, so a
+    loaded machine evolved another harness. The second run has every CPU busy and, to make the clock's
+    part certain rather than likely, every sandbox run reports a far longer duration."""
+    import subprocess
+    import sys
+
+    from tasks import sandbox
+
+    quiet = _evolve_refactor(tmp_path / "quiet")
+
+    real_run_tests = sandbox.run_tests
+
+    def slow_clock(*args, **kwargs):
+        result = real_run_tests(*args, **kwargs)
+        return replace(result, duration_s=round(result.duration_s * 13 + 1.37, 3))
+
+    monkeypatch.setattr(sandbox, "run_tests", slow_clock)
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        loaded = _evolve_refactor(tmp_path / "loaded")
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert loaded == quiet
+    assert quiet[3] >= 1, "the run must accept an edit for the harness id to mean something"
