@@ -7,6 +7,12 @@ that stop as soon as no remaining outcome could change the decision -> the best 
 acceptance rule accepts becomes the current harness -> everything is journalled in the store ->
 repeat until a budget or a plateau.
 
+The k candidates of an iteration are accepted under a family-wise rule (`FamilyRule`: each at
+alpha / k, k the candidates actually compared), so that an iteration of edits that change nothing
+accepts one with probability at most alpha, not k x alpha; `family_wise=False` is the old
+per-candidate rule, kept as the baseline of `bench/null_edit.py`. Every `decision` event records the
+threshold it was taken under (alpha, k, alpha_effective).
+
 Budgets are enforced before work is launched: a rollout batch is cut to the rollouts left, so the
 rollout budget is exact; tokens, dollars and seconds are checked before each batch and proposer call,
 so they overshoot by at most one in-flight batch. A checkpoint closes every iteration; `resume`
@@ -26,7 +32,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from agents.meta.acceptance import PairedResult, make_rule
+from agents.meta.acceptance import FamilyRule, PairedResult, make_rule
 from agents.meta.evidence import build_evidence
 from agents.meta.proposer import LLMProposer, Proposal
 from harness_store.edits import edit_to_json
@@ -69,6 +75,7 @@ class EvolveConfig:
     early_stop: bool = True
     val_seeds: int = 2  # each val instance is evaluated at this many seeds (pairs = instances x seeds)
     handbook: bool = True  # the proposer may consult the family's handbook
+    family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha, the old rule)
     budget: Budget = Budget()
 
     def __post_init__(self) -> None:
@@ -84,7 +91,8 @@ class EvolveConfig:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EvolveConfig:
-        return cls(**{**d, "budget": Budget(**d["budget"])})
+        """A config journalled before `family_wise` existed was decided per candidate: it resumes so."""
+        return cls(**{"family_wise": False, **d, "budget": Budget(**d["budget"])})
 
 
 class Evaluator(Protocol):
@@ -247,7 +255,8 @@ class HarnessEvolution:
             else:
                 st.tried.append(p.candidate.id)
                 candidates.append(p)
-        decisions = self._compare(current, candidates, it) if candidates else []
+        family = FamilyRule(self.rule, max(1, len(candidates)), self.cfg.family_wise)
+        decisions = self._compare(current, candidates, it, family) if candidates else []
         winner = None
         for p, (verdict, r) in zip(candidates, decisions):
             entry = {
@@ -258,10 +267,11 @@ class HarnessEvolution:
                 "wins": r.wins,
                 "losses": r.losses,
                 "evaluated": r.n,
-                "p_value": round(self.rule.p_value(r), 4),
+                "p_value": round(family.p_value(r), 4),
             }
             st.history.append(entry)
-            self.journal.append_event(self.run_id, "decision", {**entry, "candidate": p.candidate.id})
+            decision = {**entry, **family.as_json(), "candidate": p.candidate.id}  # with the threshold used
+            self.journal.append_event(self.run_id, "decision", decision)
             if verdict == "accept" and (winner is None or r.gain > winner[1].gain):
                 winner = (p, r)
             elif verdict != "accept":
@@ -285,10 +295,14 @@ class HarnessEvolution:
         self._progress(it, "accepted")
 
     # ------------------------------------------------------------------ paired comparison
-    def _compare(self, current: Harness, candidates: list[Proposal], it: int) -> list[tuple[str, PairedResult]]:
-        """Paired evaluation on val. With early stopping, instances where the current harness failed
-        come first (only there can a candidate win) and each candidate stops as soon as its decision
-        is settled, or — the futility cut — when it has won none of the first `chunk` of them."""
+    def _compare(
+        self, current: Harness, candidates: list[Proposal], it: int, family: FamilyRule
+    ) -> list[tuple[str, PairedResult]]:
+        """Paired evaluation on val, each candidate decided under `family` (the iteration's threshold).
+        With early stopping, instances where the current harness failed come first (only there can a
+        candidate win) and each candidate stops as soon as its decision is settled (exactly: the full
+        evaluation would decide the same), or — the futility cut, the one stop that is a heuristic and
+        can only reject — when it has won none of the first `chunk` of them."""
         n = len(self.val)
         self._ensure_val(current, range(n))
         base = self._state.val_cache[current.id]
@@ -312,7 +326,7 @@ class HarnessEvolution:
             winnable = sum(1 for j in rest if not base[j])
             for c in live:
                 r = PairedResult(*tallies[c], winnable=winnable, losable=len(rest) - winnable)
-                verdict = self.rule.decide(r) if rest else ("accept" if self.rule.accepts(r) else "reject")
+                verdict = family.decide(r) if rest else ("accept" if family.accepts(r) else "reject")
                 if self.cfg.early_stop and verdict is None and start == 0 and r.wins == 0 and not base[idx[-1]]:
                     verdict = "reject"  # futility: no win where a win was possible
                 if verdict:
