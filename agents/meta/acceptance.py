@@ -24,6 +24,9 @@ seeds:
 - It costs no rollouts. A confirmation would evaluate the winner and the current harness again on new
   seeds (2 x val pairs per accepted iteration, out of budgets of a few hundred rollouts), and a real
   edit would then have to pass two tests (power about squared) to gain the same protection.
+The price is the one any family-wise rule pays: a real edit needs stronger evidence (with k = 3 and
+alpha = 0.1, 5-0 or 9-2 among the discordant pairs rather than 4-0 or 9-3), so small val sets accept
+fewer real edits.
 
 **Exact early decisions.** A decision taken before all pairs are in equals the one the full
 evaluation would give: the final tally lies between the best case (every pair still to come where the
@@ -32,7 +35,9 @@ where the current harness passed a loss), and both tests are monotone between th
 p-value falls with wins and rises with losses, and the bootstrap's p-value (computed exactly, as the
 limit of infinitely many resamples) falls when a tie becomes a win or a loss a tie (one resampled
 draw's class moves up, so under a coupling the resampled difference can only grow). So "rejected
-even at best" and "accepted even at worst" are final, under the threshold actually applied.
+even at best" and "accepted even at worst" are final, under the threshold actually applied. (The
+loop's futility cut, a candidate with no win in the first chunk where wins were possible, is the one
+stop that is a heuristic; it can only reject, so it never raises the false-accept rate.)
 """
 
 from __future__ import annotations
