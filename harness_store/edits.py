@@ -16,6 +16,21 @@ exception either raises:
 - **Meaning** (`_apply_op`, `validate_harness`): the section or tool exists, names are unique, a hook
   runs on its event, numbers are in range.
 
+**Limits**, so that neither an edit nor a harness can grow without bound (a proposer's answer, a file
+given to `harness apply` and a stored record are all untrusted sizes):
+
+- an edit has at most `MAX_OPS` (64) operations, counted before any operation is parsed or checked,
+  and its operations hold at most `MAX_EDIT_CHARS` (100,000) characters of text, names and JSON
+  payloads; its rationale and targets at most `MAX_TEXT` characters each;
+- a harness has at most `MAX_SECTIONS` (64) prompt sections, `MAX_TOOLS` (64) tools and
+  `MAX_RECIPES` (32) recipes (hooks are at most one per kind, three in all), checked as each operation
+  applies, and at most `MAX_HARNESS_CHARS` (100,000) characters in all (`harness_chars`: what a model
+  is sent of it, ~25k tokens; the largest baseline, tau2's, is about 20,000);
+- every text (a section, a recipe) at most `MAX_TEXT` (20,000) characters.
+
+Each violation is one EditError. Operations apply to a working copy keyed by name, so an edit's cost
+is linear in its number of operations (and in the size of what they carry), never quadratic.
+
 Nothing is built before an operation is checked, so no partially-applied result escapes; the input
 harness is frozen and never changed.
 """
@@ -23,6 +38,7 @@ harness is frozen and never changed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Annotated, Any, Literal
 
@@ -74,6 +90,12 @@ HOOK_KIND_EVENTS: dict[str, str] = {
 
 MAX_TEXT = 20_000
 MAX_TURNS_LIMIT = 200
+MAX_OPS = 64  # operations in one edit
+MAX_EDIT_CHARS = 100_000  # characters an edit's operations carry (texts, names, JSON payloads)
+MAX_SECTIONS = 64  # prompt sections of a harness
+MAX_TOOLS = 64
+MAX_RECIPES = 32
+MAX_HARNESS_CHARS = 100_000  # `harness_chars`: texts, names and JSON payloads of a whole harness
 MAX_JSON_DEPTH = 32  # nesting of a tool schema or hook params (real schemas need a handful of levels)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what msgpack (the store's codec) encodes as a signed integer
 
@@ -496,11 +518,13 @@ def _check_harness_types(h: Any) -> None:
         raise EditError(f"harness must be a Harness, not {_a(h)}")
     if not isinstance(h.family, str):
         raise EditError(f"harness family must be a string, not {_a(h.family)}")
-    for field, part_cls, part_model in _HARNESS_PARTS:
+    for field, _, _ in _HARNESS_PARTS:
         parts = getattr(h, field)
         if not isinstance(parts, (tuple, list)):
             raise EditError(f"harness {field} must be a tuple, not {_a(parts)}")
-        for i, part in enumerate(parts):
+        _check_count(field, len(parts), "harness has")
+    for field, part_cls, part_model in _HARNESS_PARTS:
+        for i, part in enumerate(getattr(h, field)):
             if not isinstance(part, part_cls):
                 raise EditError(f"harness {field}[{i}] must be a {part_cls.__name__}, not {_a(part)}")
             try:
@@ -515,6 +539,50 @@ def _check_harness_types(h: Any) -> None:
         raise EditError(f"harness {e}") from None
     if not isinstance(h.max_turns, int) or isinstance(h.max_turns, bool):
         raise EditError(f"harness max_turns must be an integer, not {_a(h.max_turns)}")
+
+
+# ------------------------------------------------------------------------------------------ limits
+# harness part -> (its cap, what it is called in a message); hooks need none: one per kind at most
+_PART_LIMITS: dict[str, tuple[int, str]] = {
+    "system_prompt": (MAX_SECTIONS, "prompt sections"),
+    "tools": (MAX_TOOLS, "tools"),
+    "recipes": (MAX_RECIPES, "recipes"),
+}
+
+
+def _check_count(field: str, n: int, subject: str) -> None:
+    limit = _PART_LIMITS.get(field)
+    if limit is not None and n > limit[0]:
+        raise EditError(f"{subject} {n} {limit[1]}, over the {limit[0]} limit")
+
+
+def _json_chars(value: Any) -> int:
+    """Characters of a JSON-like payload (already checked by the type layer) as JSON."""
+    return len(json.dumps(value, ensure_ascii=False))
+
+
+def _part_chars(value: Any) -> int:
+    """Characters of one harness part or op field: strings by length, payloads as JSON, a dataclass
+    (a wrapped part) by its fields."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return _json_chars(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(_part_chars(v) for v in _fields(value).values())
+    return 0
+
+
+def harness_chars(h: Harness) -> int:
+    """The size of a (type-checked) harness: the characters of its sections, tools, hooks and recipes
+    (names, texts, descriptions, JSON schemas and params) — what a model is sent of it, and what the
+    proposer reads. Bounded by `MAX_HARNESS_CHARS`."""
+    return sum(_part_chars(part) for parts in (h.system_prompt, h.tools, h.hooks, h.recipes) for part in parts)
+
+
+def _check_edit_shape(n_ops: int) -> None:
+    if n_ops > MAX_OPS:
+        raise EditError(f"edit has {n_ops} operations, over the {MAX_OPS} limit (split it into several edits)")
 
 
 # ------------------------------------------------------------------------------- meaning layer
@@ -535,6 +603,9 @@ def validate_harness(h: Harness) -> None:
     _check_context(h.context)
     if not 1 <= h.max_turns <= MAX_TURNS_LIMIT:
         raise EditError(f"max_turns must be in 1..{MAX_TURNS_LIMIT}, got {_safe_repr(h.max_turns)}")
+    size = harness_chars(h)
+    if size > MAX_HARNESS_CHARS:
+        raise EditError(f"harness holds {size} characters, over the {MAX_HARNESS_CHARS} limit")
 
 
 def apply_edit(harness: Harness, edit: HarnessEdit) -> Harness:
@@ -553,97 +624,147 @@ def _apply_checked(harness: Harness, edit: HarnessEdit) -> Harness:
         raise EditError(f"edit ops must be a tuple of operations, not {_a(edit.ops)}")
     if not edit.ops:
         raise EditError("edit has no operations")
+    _check_edit_shape(len(edit.ops))
     if not isinstance(edit.rationale, str) or not isinstance(edit.targets, str):
         raise EditError("edit rationale and targets must be strings")
+    for name, text in (("rationale", edit.rationale), ("targets", edit.targets)):
+        if len(text) > MAX_TEXT:
+            raise EditError(f"edit {name} is {len(text)} characters, over the {MAX_TEXT} limit")
     _check_harness_types(harness)
-    h = harness
+    draft = _Draft.of(harness)
+    carried = 0
     for i, op in enumerate(edit.ops):
         try:
             _check_op_types(op)
-            h = _apply_op(h, op)
+            carried += _part_chars(op)
+            if carried > MAX_EDIT_CHARS:
+                raise EditError(f"the edit's operations carry over {MAX_EDIT_CHARS} characters")
+            _apply_op(draft, op)
         except EditError as e:
             raise EditError(f"op {i} ({type(op).__name__}): {e}") from None
+    h = draft.harness()
     validate_harness(h)
     if h == harness:
         raise EditError("edit changes nothing")
     return h
 
 
-def _apply_op(h: Harness, op: Any) -> Harness:
-    """One op whose types `_check_op_types` has checked, on a harness whose types are checked."""
-    replace = dataclasses.replace
+@dataclasses.dataclass
+class _Draft:
+    """A harness being edited: each part keyed by its name (dicts keep their order, and a replaced
+    value keeps its place), so every operation costs O(1) plus the size of what it carries."""
+
+    family: str
+    sections: dict[str, PromptSection]
+    tools: dict[str, ToolSpec]
+    hooks: dict[tuple[str, str], HookSpec]
+    context: ContextPolicy
+    recipes: dict[str, Recipe]
+    max_turns: int
+
+    @classmethod
+    def of(cls, h: Harness) -> _Draft:
+        """The working copy of a type-checked harness; its names must be unique (keying would hide a
+        duplicate that `validate_harness` refuses)."""
+        _unique([s.name for s in h.system_prompt], "prompt section")
+        _unique([t.name for t in h.tools], "tool")
+        _unique([r.name for r in h.recipes], "recipe")
+        _unique([(k.event, k.kind) for k in h.hooks], "hook")
+        return cls(
+            family=h.family,
+            sections={s.name: s for s in h.system_prompt},
+            tools={t.name: t for t in h.tools},
+            hooks={(k.event, k.kind): k for k in h.hooks},
+            context=h.context,
+            recipes={r.name: r for r in h.recipes},
+            max_turns=h.max_turns,
+        )
+
+    def harness(self) -> Harness:
+        return Harness(
+            family=self.family,
+            system_prompt=tuple(self.sections.values()),
+            tools=tuple(self.tools.values()),
+            hooks=tuple(self.hooks.values()),
+            context=self.context,
+            recipes=tuple(self.recipes.values()),
+            max_turns=self.max_turns,
+        )
+
+    def grow(self, field: str, n: int) -> None:
+        """Refuse the op that would take a part past its cap."""
+        _check_count(field, n, "the harness would have")
+
+
+def _names(names: Any) -> str:
+    return _clip(repr(list(names)), 200)
+
+
+def _apply_op(d: _Draft, op: Any) -> None:
+    """One op whose types `_check_op_types` has checked, on the draft of a type-checked harness."""
     match op:
         case SetSection(name=name, text=text):
             _check_text(text)
-            if h.section(name):
-                sections = tuple(PromptSection(name, text) if s.name == name else s for s in h.system_prompt)
-            else:
-                sections = (*h.system_prompt, PromptSection(name, text))
-            return replace(h, system_prompt=sections)
+            if name not in d.sections:
+                d.grow("system_prompt", len(d.sections) + 1)
+            d.sections[name] = PromptSection(name, text)
         case AppendSection(name=name, text=text):
-            old = h.section(name)
+            old = d.sections.get(name)
             if old is None:
-                raise EditError(
-                    f"no prompt section {_q(name)} (sections: {[s.name for s in h.system_prompt]})"
-                )
+                raise EditError(f"no prompt section {_q(name)} (sections: {_names(d.sections)})")
             _check_text(text)
             new_text = old.text.rstrip() + "\n" + text.strip()
             _check_text(new_text)
-            return replace(
-                h,
-                system_prompt=tuple(
-                    PromptSection(name, new_text) if s.name == name else s for s in h.system_prompt
-                ),
-            )
+            d.sections[name] = PromptSection(name, new_text)
         case RemoveSection(name=name):
-            if h.section(name) is None:
+            if d.sections.pop(name, None) is None:
                 raise EditError(f"no prompt section {_q(name)}")
-            return replace(h, system_prompt=tuple(s for s in h.system_prompt if s.name != name))
         case AddTool(tool=tool):
-            if h.tool(tool.name):
+            if tool.name in d.tools:
                 raise EditError(f"tool {_q(tool.name)} already exists")
             _check_tool(tool)
-            return replace(h, tools=(*h.tools, tool))
+            d.grow("tools", len(d.tools) + 1)
+            d.tools[tool.name] = tool
         case AlterTool(name=name, description=description, parameters=parameters):
-            old = h.tool(name)
+            old = d.tools.get(name)
             if old is None:
-                raise EditError(f"no tool {_q(name)} (tools: {[t.name for t in h.tools]})")
+                raise EditError(f"no tool {_q(name)} (tools: {_names(d.tools)})")
             if description is None and parameters is None:
                 raise EditError("alter_tool needs a description or parameters")
-            new = replace(
+            new = dataclasses.replace(
                 old,
                 description=old.description if description is None else description,
                 parameters=old.parameters if parameters is None else parameters,
             )
             _check_tool(new)
-            return replace(h, tools=tuple(new if t.name == name else t for t in h.tools))
+            d.tools[name] = new
         case RemoveTool(name=name):
-            if h.tool(name) is None:
+            if name not in d.tools:
                 raise EditError(f"no tool {_q(name)}")
             if name == "finish":
                 raise EditError("the finish tool cannot be removed")
-            return replace(h, tools=tuple(t for t in h.tools if t.name != name))
+            del d.tools[name]
         case AddHook(hook=hook):
             _check_hook(hook)
-            if any(k.event == hook.event and k.kind == hook.kind for k in h.hooks):
+            if (hook.event, hook.kind) in d.hooks:
                 raise EditError(f"hook {_q(hook.kind)} on {_q(hook.event)} already present")
-            return replace(h, hooks=(*h.hooks, hook))
+            d.hooks[(hook.event, hook.kind)] = hook
         case RemoveHook(event=event, kind=kind):
-            if not any(k.event == event and k.kind == kind for k in h.hooks):
+            if d.hooks.pop((event, kind), None) is None:
                 raise EditError(f"no hook {_q(kind)} on {_q(event)}")
-            return replace(h, hooks=tuple(k for k in h.hooks if not (k.event == event and k.kind == kind)))
         case SetContextPolicy(policy=policy):
             _check_context(policy)
-            return replace(h, context=policy)
+            d.context = policy
         case AddRecipe(recipe=recipe):
-            if any(r.name == recipe.name for r in h.recipes):
+            if recipe.name in d.recipes:
                 raise EditError(f"recipe {_q(recipe.name)} already exists")
             _check_text(recipe.text)
-            return replace(h, recipes=(*h.recipes, recipe))
+            d.grow("recipes", len(d.recipes) + 1)
+            d.recipes[recipe.name] = recipe
         case SetMaxTurns(max_turns=n):
             if not 1 <= n <= MAX_TURNS_LIMIT:
                 raise EditError(f"max_turns must be an int in 1..{MAX_TURNS_LIMIT}, got {n}")
-            return replace(h, max_turns=n)
+            d.max_turns = n
         case _:
             raise EditError(f"unknown operation {_safe_repr(op)}")
 
@@ -699,6 +820,8 @@ def _unique(names: list[Any], what: str) -> None:
 def edit_from_json(obj: Any) -> HarnessEdit:
     """Parse a proposer's JSON edit through `EditJson`; any problem is one EditError, one line, naming
     the op index, the op kind and the field."""
+    if isinstance(obj, dict) and isinstance(obj.get("ops"), list):
+        _check_edit_shape(len(obj["ops"]))  # before a single op is parsed
     try:
         return EditJson.model_validate(obj).to_edit()
     except ValidationError as e:

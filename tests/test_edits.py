@@ -17,7 +17,21 @@ from typing import Any
 import pytest
 
 from harness_store.codec import content_id
-from harness_store.edits import EditError, apply_edit, edit_from_json, edit_to_json, validate_harness
+from harness_store.edits import (
+    MAX_EDIT_CHARS,
+    MAX_HARNESS_CHARS,
+    MAX_OPS,
+    MAX_RECIPES,
+    MAX_SECTIONS,
+    MAX_TEXT,
+    MAX_TOOLS,
+    EditError,
+    apply_edit,
+    edit_from_json,
+    edit_to_json,
+    harness_chars,
+    validate_harness,
+)
 from harness_store.values import (
     AddHook,
     AddRecipe,
@@ -793,3 +807,113 @@ def test_malformed_proposer_answers_are_recorded_failed_proposals():
     assert props[3].error is None and props[3].candidate.max_turns == 30
     assert props[4].error.startswith("an edit must be a JSON object"), props[4].error
     assert all(p.edit is None and "\n" not in p.error for p in props if p.error)
+
+
+# ---------------------------------------------------------------------------------- limits (issue 24.6)
+def _quickly(fn: Callable[[], object], seconds: float = 1.0) -> object:
+    """`fn`'s result, asserting that it took well under a second (a cap is checked before the work)."""
+    import time
+
+    started = time.perf_counter()
+    result = fn()
+    assert time.perf_counter() - started < seconds
+    return result
+
+
+def test_an_edit_at_the_op_cap_applies_and_one_op_more_is_refused_before_any_op_is_read():
+    at_cap = [json_op("set_max_turns", max_turns=25 + i % 2) for i in range(MAX_OPS)]
+    h = _quickly(lambda: from_json_and_apply(*at_cap))
+    assert h.max_turns == 25 + (MAX_OPS - 1) % 2
+    msg = one_line_edit_error(lambda: from_json_and_apply(*at_cap, json_op("set_max_turns")))
+    assert msg == f"edit has {MAX_OPS + 1} operations, over the {MAX_OPS} limit (split it into several edits)"
+    # a million ops, none even an object: refused by count at once, no op parsed
+    huge = {"ops": [None] * 1_000_000}
+    msg = _quickly(lambda: one_line_edit_error(lambda: edit_from_json(huge)))
+    assert msg.startswith("edit has 1000000 operations, over the 64 limit"), msg
+    million = HarnessEdit(ops=(SetMaxTurns(30),) * 1_000_000)
+    msg = _quickly(lambda: one_line_edit_error(lambda: apply_edit(BASE, million)))
+    assert msg.startswith("edit has 1000000 operations"), msg
+
+
+@pytest.mark.parametrize(
+    ("make", "present", "cap", "what", "op_name"),
+    [
+        pytest.param(lambda i: SetSection(f"s{i}", "text"), len(BASE.system_prompt), MAX_SECTIONS,
+                     "prompt sections", "SetSection", id="sections"),
+        pytest.param(lambda i: AddTool(ToolSpec(f"t{i}", "d", OBJ, "x")), len(BASE.tools), MAX_TOOLS,
+                     "tools", "AddTool", id="tools"),
+        pytest.param(lambda i: AddRecipe(Recipe(f"r{i}", "text")), len(BASE.recipes), MAX_RECIPES,
+                     "recipes", "AddRecipe", id="recipes"),
+    ],
+)
+def test_a_harness_at_a_part_cap_applies_and_one_part_more_is_refused(make, present, cap, what, op_name):
+    room = cap - present
+    assert room <= MAX_OPS
+    h = _quickly(lambda: apply(*(make(i) for i in range(room))))
+    assert len(h.system_prompt) + len(h.tools) + len(h.recipes) == len(BASE.system_prompt) + len(BASE.tools) + len(
+        BASE.recipes
+    ) + room
+    ops = tuple(make(i) for i in range(room + 1))
+    msg = one_line_edit_error(lambda: apply(*ops))
+    assert msg == f"op {room} ({op_name}): the harness would have {cap + 1} {what}, over the {cap} limit", msg
+    # the full harness takes no more of them, and a stored harness past the cap is refused as it is read
+    msg = one_line_edit_error(lambda: apply_edit(h, HarnessEdit(ops=(make(room),))))
+    assert msg.startswith(f"op 0 ({op_name}): the harness would have {cap + 1} {what}"), msg
+    field = {"prompt sections": "system_prompt", "tools": "tools", "recipes": "recipes"}[what]
+    over = dataclasses.replace(BASE, **{field: getattr(BASE, field) * (8000 // max(1, present))})
+    n = len(getattr(over, field))
+    for check in (lambda: validate_harness(over), lambda: apply_edit(over, HarnessEdit(ops=(SetMaxTurns(30),)))):
+        assert _quickly(lambda check=check: one_line_edit_error(check)) == f"harness has {n} {what}, over the {cap} limit"
+
+
+def test_a_harness_at_the_size_cap_applies_and_one_character_more_is_refused():
+    room = MAX_HARNESS_CHARS - harness_chars(BASE)
+    names = [f"n{i}" for i in range(room // MAX_TEXT + 1)]
+    room -= sum(len(n) for n in names)
+    texts = [MAX_TEXT] * (room // MAX_TEXT) + [room % MAX_TEXT]
+    assert all(texts) and len(texts) == len(names)
+    h = _quickly(lambda: apply(*(SetSection(n, "x" * size) for n, size in zip(names, texts))))
+    assert harness_chars(h) == MAX_HARNESS_CHARS
+    msg = one_line_edit_error(lambda: apply_edit(h, HarnessEdit(ops=(AppendSection(names[-1], "y"),))))
+    # appending adds "\n" + "y": two characters
+    assert msg == f"harness holds {MAX_HARNESS_CHARS + 2} characters, over the {MAX_HARNESS_CHARS} limit", msg
+    # what a tool's schema carries counts too
+    tool = ToolSpec("t", "d", OBJ, "x")
+    msg = one_line_edit_error(lambda: apply_edit(h, HarnessEdit(ops=(AddTool(tool),))))
+    assert msg == f"harness holds {MAX_HARNESS_CHARS + 3 + len(json.dumps(OBJ))} characters, over the {MAX_HARNESS_CHARS} limit"
+
+
+def test_an_edit_carrying_too_much_is_refused_even_when_the_harness_stays_small():
+    per_op = MAX_TEXT - 10
+    fits = MAX_EDIT_CHARS // (per_op + len("notes"))
+    h = _quickly(lambda: apply(*(SetSection("notes", f"{i:02d}" + "x" * (per_op - 2)) for i in range(fits))))
+    assert len(h.section("notes").text) == per_op
+    ops = [SetSection("notes", f"{i:02d}" + "x" * (per_op - 2)) for i in range(fits + 1)]
+    msg = one_line_edit_error(lambda: apply(*ops))
+    assert msg == f"op {fits} (SetSection): the edit's operations carry over {MAX_EDIT_CHARS} characters", msg
+
+
+def test_an_edit_rationale_or_targets_past_the_text_cap_is_refused():
+    assert apply_edit(BASE, HarnessEdit(ops=(SetMaxTurns(30),), rationale="r" * MAX_TEXT)).max_turns == 30
+    for field in ("rationale", "targets"):
+        edit = HarnessEdit(ops=(SetMaxTurns(30),), **{field: "r" * (MAX_TEXT + 1)})
+        msg = one_line_edit_error(lambda edit=edit: apply_edit(BASE, edit))
+        assert msg == f"edit {field} is {MAX_TEXT + 1} characters, over the {MAX_TEXT} limit", msg
+
+
+def test_applying_an_edit_builds_the_harness_once_not_once_per_op(monkeypatch):
+    """Linear application: ops change a working copy keyed by name and the harness is built once at the
+    end. Rebuilding every part on every op (the old way) made 10^6 `set_section` ops quadratic."""
+    full = apply(*(SetSection(f"s{i}", "t") for i in range(MAX_SECTIONS - len(BASE.system_prompt))))
+    built = []
+    real_init = Harness.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Harness, "__init__", counting_init)
+    edit = HarnessEdit(ops=tuple(SetSection(f"s{i % 60}", f"v{i}") for i in range(MAX_OPS)))
+    h = _quickly(lambda: apply_edit(full, edit))
+    assert len(built) == 1
+    assert h.section("s3").text == "v63" and len(h.system_prompt) == MAX_SECTIONS
