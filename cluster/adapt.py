@@ -55,6 +55,11 @@ def validate_build(req: BuildRequest, store_path: Path) -> Any:
         raise ValueError(f"--workers must be positive, got {req.workers}")
     if req.in_flight is not None and req.in_flight < 1:
         raise ValueError(f"--in-flight must be positive, got {req.in_flight}")
+    if req.address is not None:
+        from cluster.runtime import check_reachable, check_token
+
+        check_token(req.address)
+        check_reachable(req.address)
     return _harness(store_path, req.harness, cfg.family)
 
 

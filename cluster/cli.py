@@ -16,10 +16,61 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Co-evolve an agent harness and its weights.")
+
+# The click that typer runs on: its own vendored copy in recent typer, the click package before.
+click_exceptions = sys.modules[typer.BadParameter.__module__]
+
+
+class OneLineUsageErrors(TyperGroup):
+    """Click's own usage errors (an unknown option, `--n abc`, a missing argument) as one `error:` line
+    with exit status 2, like every other bad input, instead of a usage box."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_exceptions.UsageError as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # `coevolve` alone: the help, as before
+                from typer import rich_utils
+
+                rich_utils.rich_format_error(e)
+            else:
+                typer.echo(usage_error_line(e), err=True)
+            sys.exit(e.exit_code)
+        except click_exceptions.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_error_line(e: Any) -> str:
+    """`error: <what click says> (<command> --help lists the options)`, on one line."""
+    message = " ".join(e.format_message().split())
+    ctx = e.ctx
+    if ctx is None:
+        return f"error: {message}"
+    hint = f"{ctx.command_path} --help lists the options"
+    if isinstance(e, click_exceptions.NoSuchOption) and ctx.command.name == "run":
+        from cluster.profiles import RunProfile
+
+        field = e.option_name.lstrip("-").replace("-", "_")
+        if field in RunProfile.model_fields:
+            hint = f"{field} is a profile field: set it as an override, {field}=VALUE"
+    return f"error: {ctx.command_path}: {message} ({hint})"
+
+
+app = typer.Typer(
+    cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True, help="Co-evolve an agent harness and its weights."
+)
 harness_app = typer.Typer(no_args_is_help=True, help="Inspect stored harnesses.")
 tasks_app = typer.Typer(no_args_is_help=True, help="Inspect the task families.")
 app.add_typer(harness_app, name="harness")
@@ -208,7 +259,9 @@ def evolve_cmd(
     fresh = is_fresh_store_dir(store)  # absent, empty or only the project's subfolders: no store yet
     if not fresh:
         open_store(store, create=False)  # unreadable store: fail before anything runs
-    if resume:
+    if resume is not None:
+        if not resume.strip():
+            raise UsageError("--resume needs a run id (coevolve runs list --kind evolve shows them)")
         if fresh:
             raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
         open_store(store, create=False).get_run(resume)

@@ -96,6 +96,7 @@ def data_build(
     """Build one arm's training rows (JSONL + Parquet, content-addressed, in the store)."""
     from cluster.adapt import build_dataset, validate_build
 
+    _check_resume(resume)
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     validate_build(req, store)
     out = build_dataset(req, store, resume=resume, progress=_Stage(not as_json))
@@ -128,6 +129,33 @@ def data_list(store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None
         typer.echo(f"{r['id']}  {r['arm']:10s} {r['family'] or '-':10s} {r['rows']} rows")
 
 
+def _check_resume(resume: str | None) -> None:
+    """`--resume ""` names no run: an error, never a new run."""
+    if resume is not None and not resume.strip():
+        raise UsageError("--resume needs a run id (coevolve runs list shows them)")
+
+
+def _train_config(overrides: list[str]) -> dict[str, Any]:
+    """`key=value` TrainConfig overrides, validated as training will validate them; UsageError (one line)."""
+    from pydantic import ValidationError
+
+    from cluster.profiles import parse_override
+    from services.training import TrainConfig
+
+    train_cfg: dict[str, Any] = {}
+    for item in overrides:
+        keys, value = parse_override(item)
+        train_cfg[".".join(keys)] = value
+    try:
+        TrainConfig.model_validate(train_cfg)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise UsageError(f"train config: {'.'.join(map(str, first['loc'])) or '(top level)'}: {first['msg']}") from None
+    except (TypeError, RecursionError) as e:
+        raise UsageError(f"train config: cannot be read ({type(e).__name__})") from None
+    return train_cfg
+
+
 def adapt_cmd(
     arm: ArmOpt = "correction",
     family: FamilyOpt = "iot",
@@ -154,14 +182,17 @@ def adapt_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Build -> train -> evaluate model@adapter on the test split against the base weights."""
-    import yaml
-
     from cluster.adapt import build_dataset, evaluate_adapter, train_on, validate_build
 
+    _check_resume(resume)
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     h = validate_build(req, store)
     synthetic = model.startswith("synthetic/")
     backend = backend or ("synthetic" if synthetic else "peft")
+    from services.training import BACKENDS
+
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown --backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if backend == "peft" and not base:
         raise UsageError("--backend peft needs --base (the base model folder)")
     if repeats < 1:
@@ -169,12 +200,7 @@ def adapt_cmd(
     from tasks import get_family
 
     get_family(family).generate("test", test_n)  # validates --test-n against the split
-    train_cfg: dict[str, Any] = {}
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"override {item!r} is not key=value")
-        train_cfg[key] = yaml.safe_load(value)
+    train_cfg = _train_config(overrides or [])  # before the dataset is built: a typo costs nothing
     stage = _Stage(not as_json)
     manifest = build_dataset(req, store, resume=resume, progress=stage)
     stage({"stage": f"training on {manifest['id']} ({backend})"})
@@ -320,6 +346,7 @@ def experiment_paper(
     """The reference study's matrix: {weak, expert} x {baseline, evolved} x {base, imitation, correction}."""
     from cluster.experiment import ExperimentConfig, load_config, run_experiment
 
+    _check_resume(resume)
     if not config and not resume:
         raise UsageError("--config FILE (or --resume RUN_ID) is required")
     cfg = load_config(config, overrides or ()) if config else ExperimentConfig()

@@ -11,18 +11,21 @@ import typer
 from cluster.cli import DEFAULT_STORE, JsonOpt, StoreOpt, UsageError, _echo_json, cli_errors
 
 TERMINAL = ("done", "failed", "refused")
+FINISHED = ("done", "failed")  # stored statuses of a run that has ended (a stop has nothing to stop)
 
 
 def _connect(address: str | None, store: Path) -> str:
     """Attach to the run's Ray: an explicit address, else the store's local head."""
     from cluster.head import read_head
-    from cluster.runtime import start_ray
+    from cluster.runtime import check_reachable, check_token, start_ray
 
     if address in (None, "local"):
         head = read_head(store)
         if head is None:
             raise UsageError(f"no local Ray head is running for store {store} (start a run, or pass --address)")
         address = head["address"]
+    check_token(address)
+    check_reachable(address)  # seconds, not Ray's minute of retries
     start_ray(address, log_to_driver=False)
     return address
 
@@ -53,26 +56,41 @@ def run_cmd(
     from cluster.head import ensure_local_head, stop_local_head
     from cluster.jobs import use_store, validate_model
     from cluster.profiles import RunProfile, load_profile
-    from harness_store.store import HarnessStore
+    from cluster.runtime import check_reachable, check_token
+    from harness_store.store import HarnessStore, is_fresh_store_dir
     from services import meta_agent
 
     if config and "=" in config:  # `coevolve run key=value` without a profile
         overrides, config = [config, *(overrides or [])], None
     use_store(store)
-    st = HarnessStore(store, create=True)
-    if resume:
-        run = st.get_run(resume)
+    # Every check before the first write: a bad profile, override, model or address leaves no store behind.
+    fresh = is_fresh_store_dir(store)
+    existing = None if fresh else HarnessStore(store, create=False)  # unreadable store: fails here
+    if resume is not None:
+        if not resume.strip():
+            raise UsageError("--resume needs a run id (coevolve runs list --kind coevolve shows them)")
+        if existing is None:
+            raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
+        if config or overrides:
+            raise UsageError("--resume continues a run with its own profile: give no profile or overrides")
+        run = existing.get_run(resume)
         if run.kind != "coevolve":
             raise UsageError(f"run {resume!r} is a {run.kind} run, not a coevolve run")
         if run.status == "done":
             raise UsageError(f"run {resume!r} is done; start a new run instead")
         profile = RunProfile.model_validate(run.config)
-        run_id = resume
     else:
         profile = load_profile(config, overrides or ())
         for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer):
             if not m.startswith("vllm/"):  # a vLLM model is served by the run's own serve config
                 validate_model(m)
+    if profile.address:
+        check_token(profile.address)
+        check_reachable(profile.address)
+    st = existing or HarnessStore(store, create=True)
+    if resume is not None:
+        run_id = resume
+    else:
         run_id = st.create_run("coevolve", profile.model_dump())
         st.update_run(run_id, status="pending")  # the meta-agent actor, not this client, owns the run
     started_head = False
@@ -121,7 +139,8 @@ def _follow(actor: Any, run_id: str, quiet: bool) -> dict[str, Any]:
             try:
                 status = ray.get(actor.status.remote(), timeout=30)
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-                return {"stage": "failed", "error": f"the meta-agent is gone ({type(e).__name__}); resume: coevolve run --resume {run_id}"}
+                return {"run_id": run_id, "stage": "failed",
+                        "error": f"the meta-agent is gone ({type(e).__name__}); resume: coevolve run --resume {run_id}"}
             if not quiet:
                 live.update(_panel(status))
             if status.get("stage") in TERMINAL:
@@ -172,6 +191,7 @@ def status_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """A run's stage, progress and spend: from its meta-agent when alive, else from the store."""
+    from cluster.runtime import RayUnreachableError
     from harness_store.store import HarnessStore
     from services import meta_agent
 
@@ -181,6 +201,10 @@ def status_cmd(
     try:
         _connect(address, store)
         actor = meta_agent.find(run_id)
+    except RayUnreachableError:
+        if address not in (None, "local"):  # the address the user gave is wrong: say so
+            raise
+        actor = None  # the store's head is gone: what the store knows
     except (UsageError, ConnectionError, RuntimeError):
         actor = None
     if actor is not None:
@@ -209,7 +233,14 @@ def stop_cmd(
     from harness_store.store import HarnessStore
 
     st = HarnessStore(store, create=False)
-    st.get_run(run_id)
+    run = st.get_run(run_id)
+    if run.kind != "coevolve":
+        raise UsageError(f"run {run_id!r} ({run.kind}) has no safe point to stop at: only a coevolve run has "
+                         "(interrupt its command instead)")
+    if run.status in FINISHED:
+        raise UsageError(f"run {run_id!r} has already ended ({run.status}): there is nothing to stop")
+    if st.events(run_id, "stop"):
+        raise UsageError(f"a stop was already requested for {run_id}: it stops at its next safe point")
     st.append_event(run_id, "stop", {"at": time.time(), "by": "coevolve stop"})
     typer.echo(f"stop requested for {run_id}: it stops at its next safe point")
 

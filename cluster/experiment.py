@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from agents.stats import pass_rate
+from cluster.profiles import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, apply_overrides, check_json
 
 log = structlog.get_logger(role="experiment")
 HARNESSES = ("baseline", "evolved")
@@ -34,17 +35,17 @@ WEIGHTS = ("base", "imitation", "correction")
 
 class EvolveSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    iterations: int = Field(8, ge=1)
-    rollouts: int = Field(2500, ge=1)
-    val_n: int = Field(50, ge=1)
-    val_seeds: int = Field(2, ge=1)
+    iterations: int = Field(8, ge=1, le=MAX_CYCLES)
+    rollouts: int = Field(2500, ge=1, le=MAX_ROLLOUTS)
+    val_n: int = Field(50, ge=1, le=MAX_SIZE)
+    val_seeds: int = Field(2, ge=1, le=MAX_SIZE)
 
 
 class DataSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rows: int = Field(500, ge=1)
-    samples: int = Field(4, ge=1)
-    k: int = Field(3, ge=1)
+    rows: int = Field(500, ge=1, le=MAX_SIZE)
+    samples: int = Field(4, ge=1, le=MAX_SIZE)
+    k: int = Field(3, ge=1, le=MAX_SIZE)
 
 
 class TrainSettings(BaseModel):
@@ -64,9 +65,9 @@ class ExperimentConfig(BaseModel):
     expert: str = "synthetic/expert"
     proposer: str = "synthetic/meta"
     judge: str = "synthetic/judge"
-    repeats: int = Field(3, ge=1, description="test-split rollouts per instance")
-    seed: int = 0
-    workers: int = Field(2, ge=1)
+    repeats: int = Field(3, ge=1, le=MAX_SIZE, description="test-split rollouts per instance")
+    seed: int = Field(0, ge=0, lt=2**63)
+    workers: int = Field(2, ge=1, le=MAX_SIZE)
     evolve: EvolveSettings = EvolveSettings()
     data: DataSettings = DataSettings()
     train: TrainSettings = TrainSettings()
@@ -86,26 +87,20 @@ class ExperimentConfig(BaseModel):
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"cannot read experiment config {str(path)!r}: {e}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        raise ValueError(f"cannot read experiment config {str(path)!r}: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
         raise ValueError(f"experiment config {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {item!r} is not key=value")
-        node = data
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"override {item!r}: {p} is not a mapping")  # noqa: TRY004
-        node[leaf] = yaml.safe_load(value)
+    apply_overrides(data, overrides)
     try:
-        return ExperimentConfig.model_validate(data)
+        cfg = ExperimentConfig.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         raise ValueError(f"experiment config: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    except (TypeError, RecursionError) as e:
+        raise ValueError(f"experiment config: cannot be read ({type(e).__name__})") from None
+    check_json(cfg.model_dump(), "experiment config")
+    return cfg
 
 
 def cells(cfg: ExperimentConfig) -> list[str]:

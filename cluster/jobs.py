@@ -219,9 +219,10 @@ def check_workers(workers: int, address: str | None) -> None:
     if workers <= 0:
         raise ValueError(f"--workers must be positive, got {workers}")
     if address is not None:
-        from cluster.runtime import check_token
+        from cluster.runtime import check_reachable, check_token
 
         check_token(address)  # no token for the cluster: say so now, not after the store is opened
+        check_reachable(address)  # nothing listening there: say so now, not after minutes of retries
         return
     from services.pool import WORKER_CPUS
 

@@ -18,51 +18,70 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "deploy" / "profiles"
 
+# Upper bounds, so that a typo (`budget.cycles=99999999999999999999999999`) is refused before a run
+# starts rather than becoming a run that never ends or a number the store cannot encode.
+MAX_CYCLES = 1_000  # co-evolution cycles, evolution iterations, plateaus
+MAX_ROLLOUTS = 10**9
+MAX_SIZE = 10**6  # instances, rows, batch sizes, samples, repeats, actors
+MAX_RESOURCE = 10**6  # CPUs, GPUs or custom resources one actor asks for
+
+
+def _finite(v: float) -> float:
+    import math
+
+    if not math.isfinite(v):
+        raise ValueError("must be finite")
+    return v
+
 
 class RoleSpec(BaseModel):
     """Where and how a role's actors run."""
 
     model_config = ConfigDict(extra="forbid")
     model: str = Field(description="provider/model[@adapter]")
-    workers: int = Field(1, ge=1, description="actors in the role's pool")
-    num_cpus: float = Field(0.25, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
+    workers: int = Field(1, ge=1, le=MAX_SIZE, description="actors in the role's pool")
+    num_cpus: float = Field(0.25, ge=0, le=MAX_RESOURCE)
+    num_gpus: float = Field(0.0, ge=0, le=MAX_RESOURCE)
     resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources the actors need")
-    in_flight: int | None = Field(None, ge=1, description="weak role: most rollouts at once (None: a whole batch)")
+    in_flight: int | None = Field(None, ge=1, le=MAX_SIZE, description="weak role: most rollouts at once (None: a whole batch)")
+
+    @field_validator("resources")
+    @classmethod
+    def _amounts(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if not 0 <= _finite(amount) <= MAX_RESOURCE:
+                raise ValueError(f"resource {name!r} must be in 0..{MAX_RESOURCE}")
+        return v
 
 
 class CycleBudget(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    cycles: int = Field(3, ge=1, description="co-evolution cycles at most")
-    plateau: int = Field(1, ge=1, description="stop after this many cycles without any accepted change")
-    rollouts: int = Field(20_000, ge=1)
+    cycles: int = Field(3, ge=1, le=MAX_CYCLES, description="co-evolution cycles at most")
+    plateau: int = Field(1, ge=1, le=MAX_CYCLES, description="stop after this many cycles without any accepted change")
+    rollouts: int = Field(20_000, ge=1, le=MAX_ROLLOUTS)
     usd: float = Field(50.0, gt=0)
     seconds: float = Field(4 * 3600.0, gt=0)
 
     @field_validator("usd", "seconds")
     @classmethod
     def _finite(cls, v: float) -> float:
-        import math
-
-        if not math.isfinite(v):
-            raise ValueError("must be finite")
-        return v
+        return _finite(v)
 
 
 class EvolveSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    iterations: int = Field(4, ge=1, description="harness-evolution iterations per cycle")
-    rollouts: int = Field(1500, ge=1, description="rollout budget of one harness evolution")
-    val_n: int = Field(30, ge=1)
-    val_seeds: int = Field(2, ge=1)
-    train_batch: int = Field(20, ge=1)
+    iterations: int = Field(4, ge=1, le=MAX_CYCLES, description="harness-evolution iterations per cycle")
+    rollouts: int = Field(1500, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
+    val_n: int = Field(30, ge=1, le=MAX_SIZE)
+    val_seeds: int = Field(2, ge=1, le=MAX_SIZE)
+    train_batch: int = Field(20, ge=1, le=MAX_SIZE)
 
 
 class DataSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rows: int = Field(200, ge=1)
-    samples: int = Field(2, ge=1)
-    k: int = Field(3, ge=1)
+    rows: int = Field(200, ge=1, le=MAX_SIZE)
+    samples: int = Field(2, ge=1, le=MAX_SIZE)
+    k: int = Field(3, ge=1, le=MAX_SIZE)
 
 
 class TrainSpec(BaseModel):
@@ -94,7 +113,7 @@ class RunProfile(BaseModel):
     train: TrainSpec = TrainSpec()
     serve: ServeSpec = ServeSpec()
     budget: CycleBudget = CycleBudget()
-    repeats: int = Field(2, ge=1, description="test-split rollouts per instance in the final report")
+    repeats: int = Field(2, ge=1, le=MAX_SIZE, description="test-split rollouts per instance in the final report")
     alpha: float = Field(0.1, gt=0, lt=1, description="acceptance threshold of the paired sign test")
     seed: int = Field(0, ge=0, lt=2**63)
     address: str | None = Field(None, description="Ray address to attach to (None: embedded local Ray)")
@@ -123,26 +142,55 @@ def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str
     except FileNotFoundError:
         known = ", ".join(p.stem for p in sorted(PROFILES_DIR.glob("*.yaml")))
         raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         raise ValueError(f"cannot read profile {str(path)!r}: {type(e).__name__}") from None
     if not isinstance(data, dict):
         raise ValueError(f"profile {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
+    apply_overrides(data, overrides)
+    try:
+        profile = RunProfile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"profile: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    except (TypeError, RecursionError) as e:  # a key pydantic cannot look at (a list as a mapping key)
+        raise ValueError(f"profile: cannot be read ({type(e).__name__})") from None
+    check_json(profile.model_dump(), "profile")
+    return profile
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=VALUE` -> (["a", "b", "c"], VALUE parsed as YAML); ValueError (one line) for anything else.
+    The one reader of `key=value` overrides (`coevolve run`, `experiment paper`, `adapt`)."""
+    key, sep, value = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not key.strip() or any(not part.strip() for part in parts):
+        raise ValueError(f"override {item!r} is not key=value")
+    try:
+        return [part.strip() for part in parts], yaml.safe_load(value)
+    except (yaml.YAMLError, RecursionError):
+        raise ValueError(f"override {item!r}: the value is not valid YAML") from None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Set each `a.b.c=VALUE` of `overrides` in the nested mapping `data` (in place, and returned)."""
     for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key or any(not part for part in key.split(".")):
-            raise ValueError(f"override {item!r} is not key=value")
+        keys, value = parse_override(item)
         node = data
-        *parents, leaf = key.split(".")
+        *parents, leaf = keys
         for p in parents:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ValueError(f"override {item!r}: {p} is not a mapping")  # noqa: TRY004
-        try:
-            node[leaf] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ValueError(f"override {item!r}: the value is not valid YAML") from None
+        node[leaf] = value
+    return data
+
+
+def check_json(value: Any, what: str) -> None:
+    """A config is stored as JSON: refuse what JSON cannot carry (a YAML date, NaN) before anything is
+    written, not when the store refuses it."""
+    import json
+
     try:
-        return RunProfile.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise ValueError(f"profile: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise ValueError(f"{what}: holds a value JSON cannot carry ({' '.join(str(e).split())[:120]})") from None

@@ -51,6 +51,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_dr
         os.environ.setdefault(k, v)
     apply_serve_env_defaults()  # Serve's timeouts are read from the environment its processes inherit
     _token_auth(address)
+    check_reachable(address)  # Ray's own connect retries for minutes (GCS) or ~40 s (Ray Client)
     local = address is None or is_loopback(address)  # this machine's own Ray (e.g. coevolve run's head)
     if local:
         _loopback_only()
@@ -82,6 +83,45 @@ def is_loopback(address: str) -> bool:
     """An address of this machine's loopback (`127.0.0.1:PORT`, `localhost:PORT`)."""
     host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
     return host in (LOOPBACK, "localhost", "::1")
+
+
+REACH_TIMEOUT_S = 3.0  # how long an attach may take to open a TCP connection before it is refused
+RAY_CLIENT_PORT, GCS_PORT = 10001, 6379  # Ray's defaults when an address names no port
+
+
+class RayUnreachableError(ValueError):
+    """The address names no listener that answers within `REACH_TIMEOUT_S` (one line for the CLI)."""
+
+
+def check_reachable(address: str | None, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Before anything runs: an explicit address (`HOST:PORT`, `ray://HOST:PORT`) must accept a TCP
+    connection within `timeout_s`, else RayUnreachableError names the address. None, `local` and `auto`
+    (Ray finds the cluster itself) are not probed. Only a connection is opened and closed: nothing is
+    sent, so no token or data leaves this process."""
+    import socket
+
+    if address is None or address in ("local", "auto"):
+        return
+    rest = address.removeprefix("ray://")
+    if "://" in rest:  # another scheme (a cluster launcher's): Ray resolves it, nothing to probe here
+        return
+    default_port = RAY_CLIENT_PORT if rest != address else GCS_PORT
+    host, sep, port_text = rest.rpartition(":")
+    if not sep or "]" in port_text:  # no port (an IPv6 literal's colons are inside brackets)
+        host, port_text = rest, str(default_port)
+    host = host.strip("[]")
+    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise RayUnreachableError(f"--address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=timeout_s):
+            pass
+    except TimeoutError:
+        raise RayUnreachableError(
+            f"cannot reach Ray at {address}: no answer within {timeout_s:g} s (is the cluster up, and the address right?)"
+        ) from None
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise RayUnreachableError(f"cannot reach Ray at {address}: {why} (is the cluster up, and the address right?)") from None
 
 
 class RayAuthError(ValueError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +13,7 @@ from cluster.cli import app
 from harness_store.store import HarnessStore
 
 runner = CliRunner()
+EXPERIMENT = Path(__file__).resolve().parent.parent / "deploy" / "experiments" / "synthetic.yaml"
 
 
 def invoke(*args):
@@ -82,15 +85,145 @@ def test_harness_commands(evaluated):
         ("adapt", ["--in-flight", "0"], "--in-flight must be positive"),
         ("adapt", ["--test-n", "51"], "n must be in 1..50"),
         ("adapt", ["--repeats", "0"], "--repeats must be positive"),
+        # issue 24.7: usage errors are one line, not a usage box
+        ("eval", ["--n", "abc"], "eval: Invalid value for '--n'"),
+        ("run", ["--seed", "3"], "No such option: --seed"),
+        # an address nothing listens on: one line naming it at once, not minutes of retries
+        ("eval", ["--address", "127.0.0.1:1"], "cannot reach Ray at 127.0.0.1:1"),
+        ("monitor", ["--once", "--address", "ray://127.0.0.1:1"], "cannot reach Ray at ray://127.0.0.1:1"),
+        ("data build", ["--address", "127.0.0.1:1"], "cannot reach Ray at 127.0.0.1:1"),
+        ("run", ["local", "address=127.0.0.1:1"], "cannot reach Ray at 127.0.0.1:1"),
+        ("eval", ["--address", "nohost:port"], "is not HOST:PORT"),
+        # a run that would never end, or no run at all
+        ("run", ["local", "budget.cycles=99999999999999999999999999"], "budget.cycles: Input should be less than"),
+        ("run", ["evolve.iterations=10000"], "evolve.iterations"),
+        ("run", ["local", "weak.num_cpus=.inf"], "weak.num_cpus"),
+        ("run", ["local", "params.x=2024-01-01"], "JSON cannot carry"),
+        ("run", ["--resume", ""], "--resume needs a run id"),
+        ("run", ["--resume", "coevolve-x"], "does not exist"),
+        ("evolve", ["--resume", ""], "--resume needs a run id"),
+        ("data build", ["--resume", " "], "--resume needs a run id"),
+        ("adapt", ["--resume", ""], "--resume needs a run id"),
+        # every invalid run: no store.db, no objects/
+        ("run", ["nosuch"], "no profile 'nosuch'"),
+        ("run", ["local", "=x"], "override '=x' is not key=value"),
+        ("run", ["local", "families=[iot"], "not valid YAML"),
+        ("run", ["local", "families=[nosuch]"], "unknown families"),
+        # adapt: a bad backend or train override before the dataset is built
+        ("adapt", ["--backend", "nosuch"], "unknown --backend 'nosuch'"),
+        ("adapt", ["lr=abc"], "train config: lr"),
+        ("adapt", ["=x"], "override '=x' is not key=value"),
+        ("adapt", ["no_such_field=1"], "train config: no_such_field"),
+        ("experiment paper", ["--config", str(EXPERIMENT), "repeats=99999999999"], "repeats"),
+        ("experiment paper", ["--config", str(EXPERIMENT), "a..b=1"], "not key=value"),
+        ("experiment paper", ["--config", str(EXPERIMENT), "families=[iot"], "not valid YAML"),
     ],
 )
-def test_bad_input_one_line_exit_2_writes_nothing(tmp_path, command, args, message):
+def test_bad_input_one_line_exit_2_writes_nothing(tmp_path, no_ray, command, args, message):
     store = tmp_path / "store"
-    r = invoke(command, "--store", store, *args)
-    assert r.exit_code == 2
+    started = time.monotonic()
+    r = invoke(*command.split(), "--store", store, *args)
+    assert r.exit_code == 2, r.output
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
-    assert not store.exists()
+    assert not store.exists()  # for `run`: no store.db, no objects/
+    assert time.monotonic() - started < 30, "bad input is refused before any work"
+
+
+@pytest.fixture()
+def no_ray(monkeypatch, tmp_path):
+    """Bad input must be refused before Ray: starting or attaching to it fails the test at once. A token
+    is at hand, so that an address is refused for what it is (nothing listening), not for a missing token."""
+    import cluster.head
+    import cluster.runtime
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bad input reached Ray")
+
+    monkeypatch.setattr(cluster.runtime, "start_ray", refuse)
+    monkeypatch.setattr(cluster.head, "ensure_local_head", refuse)
+    token = tmp_path / "ray-token"
+    token.write_text("t" * 64)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+
+
+def test_a_usage_error_is_one_line_and_no_arguments_still_show_the_help():
+    r = invoke("run", "--seed", "3")
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and lines[0].endswith(
+        "(seed is a profile field: set it as an override, seed=VALUE)"
+    ), r.stderr
+    assert "╭" not in r.output and "Usage:" not in r.output
+    r = invoke("harness")
+    assert r.exit_code == 2 and "Usage:" in r.output and "error:" not in r.output
+    r = invoke("eval", "--help")
+    assert r.exit_code == 0 and "--n" in r.output
+
+
+def _store_with_run(tmp_path, kind: str, status: str) -> tuple[HarnessStore, str]:
+    s = HarnessStore(tmp_path / "store")
+    run_id = s.create_run(kind, {})
+    if status in ("done", "failed"):
+        s.finish_run(run_id, status, {})
+    else:
+        s.update_run(run_id, status=status)
+    return s, run_id
+
+
+@pytest.mark.parametrize(
+    "kind,status,message",
+    [
+        ("coevolve", "done", "has already ended (done): there is nothing to stop"),
+        ("coevolve", "failed", "has already ended (failed)"),
+        ("eval", "running", "(eval) has no safe point to stop at: only a coevolve run has"),
+    ],
+)
+def test_stop_on_a_run_that_cannot_stop_is_one_error_and_records_nothing(tmp_path, kind, status, message):
+    s, run_id = _store_with_run(tmp_path, kind, status)
+    r = invoke("stop", run_id, "--store", s.root)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.output
+    assert s.events(run_id, "stop") == []
+
+
+def test_stop_on_a_live_run_is_recorded_once(tmp_path):
+    s, run_id = _store_with_run(tmp_path, "coevolve", "running")
+    r = invoke("stop", run_id, "--store", s.root)
+    assert r.exit_code == 0 and "stops at its next safe point" in r.stdout, r.output
+    r = invoke("stop", run_id, "--store", s.root)
+    assert r.exit_code == 2 and r.stderr.startswith("error: a stop was already requested"), r.output
+    assert len(s.events(run_id, "stop")) == 1
+
+
+def test_resume_of_a_run_with_a_profile_is_refused_and_writes_nothing(tmp_path, no_ray):
+    s, run_id = _store_with_run(tmp_path, "coevolve", "interrupted")
+    before = sorted(p.name for p in s.root.iterdir())
+    r = invoke("run", "local", "--resume", run_id, "--store", s.root)
+    assert r.exit_code == 2 and r.stderr.startswith("error: --resume continues a run with its own profile"), r.output
+    assert sorted(p.name for p in s.root.iterdir()) == before and s.list_runs() == [s.get_run(run_id)]
+
+
+def test_the_client_names_the_run_whose_meta_agent_died(monkeypatch, capsys):
+    import ray
+
+    from cluster.cli_run import _follow, _print_final
+
+    def gone(*args, **kwargs):
+        raise ray.exceptions.RayActorError()
+
+    monkeypatch.setattr(ray, "get", gone)
+
+    class Actor:
+        class status:  # mimics `actor.status.remote()`
+            @staticmethod
+            def remote():
+                return None
+
+    final = _follow(Actor(), "coevolve-20260101-000000-abcdef", quiet=True)
+    assert final["run_id"] == "coevolve-20260101-000000-abcdef" and final["stage"] == "failed"
+    _print_final(final)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "run coevolve-20260101-000000-abcdef: failed" in out and "run None" not in out
 
 
 def test_unreadable_store_is_a_clear_error(tmp_path):
@@ -115,6 +248,11 @@ def test_tasks_list_json():
         ("[" * 100_000, "nested too deeply"),
         ('{"ops": [{"op": "add_recipe", "name": {"a": 1}, "text": "x"}]}', "op 0 (add_recipe)"),
         ('{"ops": [{"op": "nosuch"}]}', "op 0"),
+        # issue 24.7 (an OverflowError before edits were typed) and 24.6 (a million ops ran for minutes)
+        ('{"ops": [{"op": "set_context_policy", "strategy": "keep-all", "token_budget": 1e400}]}',
+         "op 0 (set_context_policy): field 'token_budget' must be an integer"),
+        ('{"ops": [' + ",".join(['{"op": "set_max_turns", "max_turns": 30}'] * 200_000) + "]}",
+         "edit has 200000 operations, over the 64 limit"),
     ],
 )
 def test_harness_apply_of_a_bad_edit_is_one_error_line_and_stores_nothing(tmp_path, text, message):
