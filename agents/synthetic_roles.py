@@ -27,6 +27,7 @@ import json
 import random
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -175,6 +176,7 @@ def _loads(s: Any) -> Any:
 
 # ------------------------------------------------------------------ the expert rewriter
 REWRITE_QUERIES = 4
+REWRITE_SEARCH_K = 4  # sections each search returns
 REWRITE_READS = 5
 OBSERVED_TERMS = 8
 STRATEGY_SECTIONS = 2  # handbook passages a strategy may cite
@@ -199,7 +201,7 @@ def rewrite_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]], s
     prompt = sum(message_tokens(m) for m in messages)
     calls: list[dict[str, Any]] = []
     if "search_handbook" in offered and not done["search_handbook"]:
-        calls = [handbook_call("search_handbook", {"query": q, "k": 4}, i, "expert")
+        calls = [handbook_call("search_handbook", {"query": q, "k": REWRITE_SEARCH_K}, i, "expert")
                  for i, q in enumerate(_rewrite_queries(payload))]
     elif "read_handbook" in offered and done["search_handbook"] and not done["read_handbook"]:
         ranked = rank_sections(done["search_handbook"], _system_text(payload["prefix_messages"]))
@@ -237,7 +239,7 @@ def _observed_terms(messages: list[dict[str, Any]], n: int = OBSERVED_TERMS) -> 
     return [w for w, _ in counts.most_common(n)]
 
 
-def rewrite(payload: dict[str, Any], seed: int, handbook_text: list[str] = ()) -> dict[str, Any]:
+def rewrite(payload: dict[str, Any], seed: int, handbook_text: Sequence[str] = ()) -> dict[str, Any]:
     """One candidate: the corrected call is the expert policy's next call for the weak model's state,
     with the handbook sections it read in view (as a model applies what it just read); the strategy
     cites the read passages that bear on that call and the task, in the handbook's words, else says in
@@ -273,7 +275,7 @@ def rewrite(payload: dict[str, Any], seed: int, handbook_text: list[str] = ()) -
     return {"strategy": strategy, "tool_call": call}
 
 
-def _cited_passages(sections: list[str], call: dict[str, Any], payload: dict[str, Any]) -> list[str]:
+def _cited_passages(sections: Sequence[str], call: dict[str, Any], payload: dict[str, Any]) -> list[str]:
     """Up to `STRATEGY_SECTIONS` passages (runs of adjacent sentences, at most one per read section) that
     bear on the corrected call, state a rule and tell the agent something new: scored by the words
     they share with the call, the task and the judge's reason, times one plus their rule words (only,
