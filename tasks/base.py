@@ -17,7 +17,7 @@ import re
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -27,6 +27,17 @@ from tasks.handbook import Handbook
 
 SPLITS = ("train", "val", "test")
 MAX_ARG_CHARS = 100_000
+MAX_OBSERVATION_CHARS = 100_000  # a tool observation is cut to this, its middle replaced by a marker
+MAX_REASON_CHARS = 10_000  # likewise a checker's reason for one requirement
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` at most about `limit` characters: head and tail kept, the middle replaced by a marker
+    that says how much was cut (the largest observation the families produce at size 3 is ~31k)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} …[{len(text) - 2 * half} characters cut]… {text[-half:]}"
 
 
 _WINDOW = 2  # a concept must be carried within this many adjacent sentences
@@ -400,7 +411,8 @@ def graded(requirements: Sequence[Requirement], score: float | None = None) -> O
     passed = all(r.passed for r in requirements)
     if score is None:
         score = sum(r.passed for r in requirements) / len(requirements)
-    detail = {"requirements": [{"id": r.id, "passed": r.passed, "reason": r.reason} for r in requirements]}
+    detail = {"requirements": [{"id": r.id, "passed": r.passed, "reason": bounded(r.reason, MAX_REASON_CHARS)}
+                               for r in requirements]}
     return Outcome(passed, 1.0 if passed else round(min(score, 0.99), 4), detail)
 
 
@@ -470,10 +482,11 @@ class TaskEnv(ABC):
         except RecursionError:
             return ToolResult(f"error: arguments for {impl} are nested too deeply", error=True)
         if isinstance(out, ToolResult):
-            if out.error and not out.content.startswith("error"):
-                return ToolResult(f"error: {out.content}", error=True, finished=out.finished)
-            return out
-        return ToolResult(out if isinstance(out, str) else json.dumps(out, sort_keys=True))
+            content = bounded(out.content, MAX_OBSERVATION_CHARS)
+            if out.error and not content.startswith("error"):
+                return ToolResult(f"error: {content}", error=True, finished=out.finished)
+            return replace(out, content=content)
+        return ToolResult(bounded(out if isinstance(out, str) else json.dumps(out, sort_keys=True), MAX_OBSERVATION_CHARS))
 
     def tool_finish(self, summary: str = "") -> ToolResult:
         self.finished = True
