@@ -22,11 +22,11 @@ from typing import Any
 
 import structlog
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from agents.stats import pass_rate
-from cluster.profiles import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, apply_overrides, check_json
+from cluster.profiles import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, validated
 
 log = structlog.get_logger(role="experiment")
 HARNESSES = ("baseline", "evolved")
@@ -89,18 +89,7 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         data = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         raise ValueError(f"cannot read experiment config {str(path)!r}: {' '.join(str(e).split())}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"experiment config {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
-    apply_overrides(data, overrides)
-    try:
-        cfg = ExperimentConfig.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise ValueError(f"experiment config: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    except (TypeError, RecursionError) as e:
-        raise ValueError(f"experiment config: cannot be read ({type(e).__name__})") from None
-    check_json(cfg.model_dump(), "experiment config")
-    return cfg
+    return validated(ExperimentConfig, data, overrides, "experiment config", path)
 
 
 def cells(cfg: ExperimentConfig) -> list[str]:

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -32,6 +32,9 @@ def _finite(v: float) -> float:
     if not math.isfinite(v):
         raise ValueError("must be finite")
     return v
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class RoleSpec(BaseModel):
@@ -144,18 +147,24 @@ def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str
         raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         raise ValueError(f"cannot read profile {str(path)!r}: {type(e).__name__}") from None
+    return validated(RunProfile, data, overrides, "profile", path)
+
+
+def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...], what: str, path: str | Path) -> M:
+    """`data` read from the YAML file `path`, with `key=value` overrides applied, as a `model`: every
+    problem is one ValueError line naming `what` and the first field at fault."""
     if not isinstance(data, dict):
-        raise ValueError(f"profile {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
+        raise ValueError(f"{what} {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
     apply_overrides(data, overrides)
     try:
-        profile = RunProfile.model_validate(data)
+        value = model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        raise ValueError(f"profile: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise ValueError(f"{what}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     except (TypeError, RecursionError) as e:  # a key pydantic cannot look at (a list as a mapping key)
-        raise ValueError(f"profile: cannot be read ({type(e).__name__})") from None
-    check_json(profile.model_dump(), "profile")
-    return profile
+        raise ValueError(f"{what}: cannot be read ({type(e).__name__})") from None
+    check_json(value.model_dump(), what)
+    return value
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
