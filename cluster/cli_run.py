@@ -53,7 +53,7 @@ def run_cmd(
 
     With no argument: the embedded default (profile `local`): local Ray, synthetic models for every role,
     all seven families at small sizes, ending with the report. Ctrl-C detaches; the run goes on."""
-    from cluster.head import ensure_local_head, stop_local_head
+    from cluster.head import ensure_local_head, stop_head_if_idle
     from cluster.jobs import use_store, validate_model
     from cluster.profiles import RunProfile, load_profile
     from cluster.runtime import check_reachable, check_token
@@ -93,11 +93,8 @@ def run_cmd(
     else:
         run_id = st.create_run("coevolve", profile.model_dump())
         st.update_run(run_id, status="pending")  # the meta-agent actor, not this client, owns the run
-    started_head = False
-    if profile.address:
-        address = profile.address
-    else:
-        address, started_head = ensure_local_head(store)
+    local_head = not profile.address
+    address = profile.address or ensure_local_head(store, run_id)[0]
     from cluster.runtime import start_ray
 
     start_ray(address, log_to_driver=False)
@@ -114,11 +111,11 @@ def run_cmd(
         typer.echo(f"detached from run {run_id}: it keeps running (coevolve status {run_id} | coevolve monitor | "
                    f"coevolve stop {run_id})", err=True)
         raise typer.Exit(130) from None
-    if started_head and final.get("stage") in TERMINAL:
+    if local_head and final.get("stage") in TERMINAL:
         import ray
 
         ray.shutdown()
-        stop_local_head(store)
+        stop_head_if_idle(store)  # its other runs, if any, keep it up; their end (or the head's keeper) stops it
     if as_json:
         _echo_json(final)
         return
