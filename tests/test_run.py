@@ -42,12 +42,29 @@ def stop_head(store: Path) -> None:
     stop_local_head(store)
 
 
+def heads_left(store: Path, timeout: float = 30) -> list[int]:
+    """The pids of every head (and head keeper) the store's runs started that are still alive after
+    `timeout` seconds."""
+    from cluster.head import KEEPER_LOG, _alive, head_pids, keeper_ports
+
+    keepers = {int(line.split()[1].rstrip(":")) for line in (store / KEEPER_LOG).read_text().splitlines()}
+    assert keeper_ports(store), "no head was started"
+    deadline = time.monotonic() + timeout
+    while True:
+        left = sorted({p for port in keeper_ports(store) for p in head_pids(port)} | {k for k in keepers if _alive(k)})
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     store = tmp_path_factory.mktemp("reference") / "store"
     out = coevolve("run", *SMALL, "--store", str(store), "--json")
+    left = heads_left(store)
     stop_head(store)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert not left, f"the head outlived the run it served: {left}"
     status = json.loads(out.stdout.strip().splitlines()[-1])
     assert status["stage"] == "done"
     return store, finals(store), status
@@ -97,8 +114,42 @@ def test_monitor_from_another_process_shows_every_role_and_a_killed_meta_agent_r
         resumed = coevolve("run", "--resume", run_id, "--store", str(store), "--json")
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert json.loads(resumed.stdout.strip().splitlines()[-1])["stage"] == "done"
+        assert not heads_left(store), "a head outlived the run finished by --resume"
     finally:
         stop_head(store)
     again = coevolve("run", "--resume", run_id, "--store", str(store))
     assert again.returncode == 2 and "done" in again.stderr  # a finished run is never resumed
     assert finals(store) == expected  # same final harness and adapter ids as the uninterrupted run
+
+
+def test_two_runs_on_one_store_share_a_head_that_ends_when_both_have_ended_with_a_killed_client_and_a_stop(tmp_path):
+    """One run is followed by a client that is killed (the run goes on, detached); the other is started
+    detached and stopped with `coevolve stop`. Both ran on one head, and no process of it is left."""
+    store = tmp_path / "store"
+    tiny = [*SMALL, "budget.cycles=1", "evolve.iterations=1"]
+    followed = subprocess.Popen([BIN, "run", *tiny, "--store", str(store), "--json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "COEVOLVE_LOG_LEVEL": "warning"})
+    try:
+        from cluster.head import keeper_ports
+        from harness_store.store import HarnessStore
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (store / "ray-head.json").exists():
+            time.sleep(1)
+        detached = coevolve("run", *tiny, "--store", str(store), "--detach", "--json")
+        assert detached.returncode == 0, detached.stderr[-2000:]
+        stopped_id = json.loads(detached.stdout.strip().splitlines()[-1])["run_id"]
+        followed.kill()  # the client dies; its run does not
+        followed.wait()
+        assert coevolve("stop", stopped_id, "--store", str(store)).returncode == 0
+        st = HarnessStore(store, create=False)
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and any(r.status not in ("done", "failed") for r in st.list_runs("coevolve")):
+            time.sleep(2)
+        runs = st.list_runs("coevolve")
+        assert len(runs) == 2 and all(r.status in ("done", "failed") for r in runs), [(r.run_id, r.status) for r in runs]
+        assert len(set(keeper_ports(store))) == 1  # one head served both
+        assert not heads_left(store), "the shared head outlived both runs"
+    finally:
+        followed.kill()
+        stop_head(store)
