@@ -3,8 +3,8 @@
 One directory holds everything the system records:
 
 ```
-<root>/store.db            sqlite (WAL): harness records, aliases, runs, trajectory batches, events,
-                           adapters, the counterfactual cache, schema version
+<root>/store.db            sqlite (WAL): harness records, aliases, runs, trajectory batches and the
+                           rollout index, events, adapters, the counterfactual cache, schema version
 <root>/objects/ab/<sha256> immutable blobs named by the sha256 of their bytes (encoded values,
                            trajectory batches), written atomically (tmp file + fsync + os.replace)
 <root>/quarantine/         corrupt objects moved aside by `check(repair=True)`
@@ -23,6 +23,13 @@ A harness record's `parent`, `edit` and `rationale` live here, never in the valu
 Runs record their owner (pid, host, process start time) when created or claimed. `claim_run` gives
 one process at a time a `Lease` on a run (a `done` run is refused; a claim whose owner is gone is
 taken over); `check()` verifies every record and object and finds runs whose owner died.
+
+Every stored trajectory batch indexes its rollouts, in the transaction that stores it: one row per
+rollout key (`rollout_key`: the instance, harness, model and seed it samples) and run, naming the
+batch and position that hold it and its cost. The index is the run's spend journal (`rollout_spend`:
+a run's distinct stored rollouts and their dollars, so spend counts exactly the work the store kept)
+and its rollout cache (`stored_rollouts`: a resumed run, or a re-run eval, takes what it stored before
+instead of paying for it again).
 
 The counterfactual cache holds the testbed's counterfactual answer key of a failed synthetic
 rollout (deviations, decisive turn), keyed by trajectory id and harness id: analysis code computes it
@@ -58,10 +65,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from harness_store.codec import CodecError, decode, encode
-from harness_store.values import AdapterRef, Harness, HarnessEdit, Trajectory
+from harness_store.codec import CodecError, content_id, decode, encode
+from harness_store.values import AdapterRef, Harness, HarnessEdit, TaskInstance, Trajectory
 
-SCHEMA_VERSION = 3  # 2: runs record their owner (pid, host), updated time and lease; 3: counterfactual cache
+SCHEMA_VERSION = 4  # 2: runs record their owner (pid, host), updated time and lease; 3: counterfactual cache;
+# 4: the rollout index (spend journal and rollout cache)
 DB_NAME = "store.db"
 OBJECTS = "objects"
 QUARANTINE = "quarantine"
@@ -149,10 +157,27 @@ CREATE TABLE IF NOT EXISTS counterfactuals (
     created       REAL NOT NULL,
     PRIMARY KEY (trajectory_id, harness_id)
 );
+CREATE TABLE IF NOT EXISTS rollouts (
+    run_id   TEXT NOT NULL REFERENCES runs(run_id),
+    key      TEXT NOT NULL,
+    batch    INTEGER NOT NULL REFERENCES trajectory_batches(seq),
+    idx      INTEGER NOT NULL,
+    cost_usd REAL NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
 """
-_COUNTERFACTUALS_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS counterfactuals") :].strip()
+
+
+def _create_statement(table: str) -> str:
+    start = _SCHEMA.index(f"CREATE TABLE IF NOT EXISTS {table} (")
+    return _SCHEMA[start : _SCHEMA.index(");", start) + 2]
+
+
+_COUNTERFACTUALS_TABLE = _create_statement("counterfactuals")  # what migrations create
+_ROLLOUTS_TABLE = _create_statement("rollouts")
 _TABLES_V2 = frozenset({"meta", "harnesses", "aliases", "runs", "trajectory_batches", "events", "adapters"})
-_TABLES = _TABLES_V2 | {"counterfactuals"}  # schema 3 added the counterfactual cache
+_TABLES_V3 = _TABLES_V2 | {"counterfactuals"}  # schema 3 added the counterfactual cache
+_TABLES = _TABLES_V3 | {"rollouts"}  # schema 4 added the rollout index
 _KEYS_PER_QUERY = 400  # sqlite's bound parameters per statement stay well under its limit
 # Folders the project keeps inside a store (`coevolve models make-tiny .coevolve/models/tiny`, adapters,
 # datasets, training checkpoints). A directory without store.db that holds only these is a fresh store,
@@ -234,6 +259,7 @@ PROBLEM_KINDS: dict[str, str] = {
     "bad_lineage": "a parent is missing, of another family, or the lineage has a cycle",
     "bad_alias": "an alias points at a missing harness",
     "bad_batch": "a trajectory batch does not decode, has the wrong count, or its run is missing",
+    "bad_rollout_index": "the rollout index misses a stored rollout (repair adds it) or names one that is not there",
     "orphan_event": "events of a run that does not exist",
     "bad_adapter": "an adapter record does not decode to an adapter of its id",
     "missing_adapter": "an adapter's files (adapter_config.json or synthetic_adapter.json) are absent",
@@ -340,6 +366,7 @@ class HarnessStore:
         self._uri: str | None = None  # read-only connections open this URI
         self._v1 = False  # a schema-1 store opened read-only (not migrated): runs have no owner columns
         self._no_counterfactuals = False  # a schema-1/2 store opened read-only: no counterfactual cache
+        self._no_rollout_index = False  # a schema-1..3 store opened read-only: rollouts read from batches
         self._open()
 
     # -- opening -------------------------------------------------------------------------------
@@ -481,19 +508,20 @@ class HarnessStore:
             if row is None:  # the schema is created in one transaction, so this is a foreign db
                 raise StoreError(f"{str(self.db_path)!r} has no harness store schema version")
             version = int(row[0])
-            if version not in (1, 2, SCHEMA_VERSION):
+            if version not in (1, 2, 3, SCHEMA_VERSION):
                 raise StoreError(
                     f"{str(self.db_path)!r} has schema version {version}; this code reads {SCHEMA_VERSION}"
                 )
-            missing = (_TABLES if version >= 3 else _TABLES_V2) - tables
+            missing = {4: _TABLES, 3: _TABLES_V3}.get(version, _TABLES_V2) - tables
             if missing:
                 raise StoreError(f"{str(self.db_path)!r} lacks tables {sorted(missing)}")
             if version < SCHEMA_VERSION:
                 if self.read_only is not None:
                     self._v1 = version == 1
-                    self._no_counterfactuals = True
+                    self._no_counterfactuals = version < 3
+                    self._no_rollout_index = True
                 else:
-                    self._transact(conn, _migrate)
+                    self._transact(conn, lambda c: _migrate(c, self._batch_keys))
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{str(self.db_path)!r} is not a readable harness store: {e}") from None
 
@@ -1036,8 +1064,10 @@ class HarnessStore:
 
     # -- trajectories --------------------------------------------------------------------------
     def put_trajectories(self, run_id: str, trajectories: Sequence[Trajectory], batch: str = "main") -> str:
-        """Store one batch as one blob. Re-putting identical content is a no-op; a batch name is
-        never overwritten with different content."""
+        """Store one batch as one blob, and index its rollouts (key, position, cost) in the same
+        transaction that records the batch: the run's spend and rollout cache never lag its stored
+        work. A key the run already stored keeps its first rollout. Re-putting identical content is a
+        no-op; a batch name is never overwritten with different content."""
         if not isinstance(batch, str) or not batch:
             raise StoreError("batch name must be a non-empty string")
         trajs = tuple(trajectories)
@@ -1046,6 +1076,7 @@ class HarnessStore:
                 raise StoreError(f"put_trajectories takes Trajectory values, not {type(t).__name__}")
         self._require_run(run_id)
         digest = self.put_value(trajs)
+        index = _index_rows(trajs)
 
         def insert(c: sqlite3.Connection) -> str | None:
             row = c.execute(
@@ -1054,9 +1085,13 @@ class HarnessStore:
             if row is not None:
                 return str(row[0])
             now = time.time()
-            c.execute(
+            cur = c.execute(
                 "INSERT INTO trajectory_batches(run_id, batch, blob, count, created) VALUES (?, ?, ?, ?, ?)",
                 (run_id, batch, digest, len(trajs), now),
+            )
+            c.executemany(
+                "INSERT OR IGNORE INTO rollouts(run_id, key, batch, idx, cost_usd) VALUES (?, ?, ?, ?, ?)",
+                [(run_id, key, cur.lastrowid, i, cost) for key, i, cost in index],
             )
             c.execute("UPDATE runs SET updated = ? WHERE run_id = ?", (now, run_id))
             return None
@@ -1082,11 +1117,86 @@ class HarnessStore:
                 raise StoreError(f"run {run_id!r} has no trajectory batch {batch!r}")
         out: list[Trajectory] = []
         for _, digest, _ in batches:
-            value = self.get_value(digest)
-            if not isinstance(value, list) or not all(isinstance(t, Trajectory) for t in value):
-                raise StoreError(f"object {digest[:12]} is not a trajectory batch")
-            out.extend(value)
+            out.extend(self._batch(digest))
         return out
+
+    def stored_rollouts(self, run_ids: Sequence[str], keys: Sequence[str]) -> dict[str, Trajectory]:
+        """The rollouts among `keys` (`rollout_key`) that runs `run_ids` stored, by key (where several
+        of those runs hold a key, the first run named wins). Reads each batch that holds one once."""
+        wanted = set(keys)
+        runs = list(dict.fromkeys(run_ids))
+        if not wanted or not runs:
+            return {}
+        if self._no_rollout_index:
+            out: dict[str, Trajectory] = {}
+            for rid in runs:
+                for key, t in self._scan_rollouts(rid):
+                    if key in wanted:
+                        out.setdefault(key, t)
+            return out
+        rank = {rid: i for i, rid in enumerate(runs)}
+        found: dict[str, tuple[int, str, int]] = {}  # key -> (run rank, blob, position)
+        ordered = sorted(wanted)
+        for i in range(0, len(ordered), _KEYS_PER_QUERY):
+            chunk = ordered[i : i + _KEYS_PER_QUERY]
+            rows = self._read(
+                "SELECT r.run_id, r.key, b.blob, r.idx FROM rollouts r JOIN trajectory_batches b ON b.seq = r.batch"
+                f" WHERE r.run_id IN ({', '.join('?' * len(runs))}) AND r.key IN ({', '.join('?' * len(chunk))})",
+                [*runs, *chunk],
+            )
+            for rid, key, blob, idx in rows:
+                place = (rank[rid], str(blob), int(idx))
+                if key not in found or place < found[key]:
+                    found[str(key)] = place
+        batches: dict[str, list[Trajectory]] = {}
+        out = {}
+        for key, (_, blob, idx) in found.items():
+            if blob not in batches:
+                batches[blob] = self._batch(blob)
+            if idx >= len(batches[blob]):
+                raise StoreError(
+                    f"the rollout index points past the end of batch {blob[:12]} (coevolve store check)"
+                )
+            out[key] = batches[blob][idx]
+        return out
+
+    def rollout_spend(self, run_ids: Sequence[str]) -> tuple[int, float]:
+        """(rollouts, dollars) the runs `run_ids` stored: distinct rollouts per run, as the index holds
+        them (the spend journal: a rollout counts once it is stored, never twice)."""
+        runs = list(dict.fromkeys(run_ids))
+        if not runs:
+            return 0, 0.0
+        if self._no_rollout_index:
+            n, usd = 0, 0.0
+            for rid in runs:
+                seen = {key: t.cost_usd for key, t in self._scan_rollouts(rid)}
+                n, usd = n + len(seen), usd + sum(seen.values())
+            return n, usd
+        rows = self._read(
+            f"SELECT count(*), total(cost_usd) FROM rollouts WHERE run_id IN ({', '.join('?' * len(runs))})",
+            runs,
+        )
+        return int(rows[0][0]), float(rows[0][1])
+
+    def _batch(self, digest: str) -> list[Trajectory]:
+        value = self.get_value(digest)
+        if not isinstance(value, list) or not all(isinstance(t, Trajectory) for t in value):
+            raise StoreError(f"object {digest[:12]} is not a trajectory batch")
+        return value
+
+    def _scan_rollouts(self, run_id: str) -> Iterator[tuple[str, Trajectory]]:
+        """(key, rollout) of every stored rollout of a run, first stored first (a store without the index)."""
+        for _, digest, _ in self.trajectory_batches(run_id):
+            for t in self._batch(digest):
+                yield trajectory_key(t), t
+
+    def _batch_keys(self, digest: str) -> list[tuple[str, int, float]] | None:
+        """The index rows of a stored batch (the schema-4 migration indexes old batches), or None when its
+        object is missing or unreadable (`store check` names it)."""
+        try:
+            return _index_rows(self._batch(digest))
+        except StoreError:
+            return None
 
     # -- events --------------------------------------------------------------------------------
     def append_event(self, run_id: str, kind: str, payload: dict[str, Any]) -> int:
@@ -1225,17 +1335,21 @@ class HarnessStore:
         integrity = self.integrity_check()
         if integrity != "ok":
             problem("db_integrity", DB_NAME, integrity[:500])
-        harnesses, aliases, batches, adapters, runs, events, orphans = self._snapshot(
+        harnesses, aliases, batches, adapters, runs, events, orphans, index = self._snapshot(
             [
                 "SELECT id, family, blob, parent, edit FROM harnesses ORDER BY created, rowid",
                 "SELECT name, harness_id FROM aliases ORDER BY name",
-                "SELECT run_id, batch, blob, count FROM trajectory_batches ORDER BY seq",
+                "SELECT seq, run_id, batch, blob, count FROM trajectory_batches ORDER BY seq",
                 "SELECT id, value FROM adapters ORDER BY created, rowid",
                 "SELECT run_id, status, NULL, NULL, NULL, 0, NULL FROM runs"
                 if self._v1
                 else "SELECT run_id, status, pid, host, pstart, lease IS NOT NULL, beat FROM runs ORDER BY created, rowid",
                 "SELECT count(*) FROM events",
                 "SELECT run_id, count(*) FROM events WHERE run_id NOT IN (SELECT run_id FROM runs) GROUP BY run_id",
+                "SELECT 1 WHERE 0"
+                if self._no_rollout_index
+                else "SELECT r.run_id, r.key, r.batch, r.idx, b.run_id FROM rollouts r"
+                " LEFT JOIN trajectory_batches b ON b.seq = r.batch ORDER BY r.batch, r.idx",
             ]
         )
 
@@ -1243,7 +1357,7 @@ class HarnessStore:
         referrers: dict[str, list[str]] = {}
         for hid, _, blob, _, _ in harnesses:
             referrers.setdefault(blob, []).append(f"harness {hid[:12]}")
-        for rid, batch, blob, _ in batches:
+        for _, rid, batch, blob, _ in batches:
             referrers.setdefault(blob, []).append(f"trajectory batch {rid}/{batch}")
         status: dict[str, str] = {}  # digest -> ok / missing / corrupt / unreadable
         for digest in referrers:
@@ -1342,9 +1456,25 @@ class HarnessStore:
                 problem("bad_alias", name, f"points at missing harness {hid[:12]}")
         checked["aliases"] = len(aliases)
 
-        # trajectory batches and events
+        # trajectory batches, the rollout index and events
         run_ids = {r[0] for r in runs}
-        for rid, batch, blob, count in batches:
+        indexed: dict[int, dict[int, str]] = {}  # batch seq -> position -> key, as the index holds them
+        for rid, key, seq, idx, batch_run in index:
+            if batch_run is None:
+                problem(
+                    "bad_rollout_index", f"{rid}/{key[:12]}", f"points at batch {seq}, which does not exist"
+                )
+            elif batch_run != rid:
+                problem(
+                    "bad_rollout_index", f"{rid}/{key[:12]}", f"points at batch {seq} of run {batch_run!r}"
+                )
+            else:
+                indexed.setdefault(int(seq), {})[int(idx)] = str(key)
+        keyed: set[tuple[str, str]] = {(str(r[0]), str(r[1])) for r in index}
+        unindexed: list[
+            tuple[str, list[tuple[str, str, int, int, float]]]
+        ] = []  # batch -> its missing index rows
+        for seq, rid, batch, blob, count in batches:
             subject = f"{rid}/{batch}"
             if rid not in run_ids:
                 problem("bad_batch", subject, f"run {rid!r} does not exist")
@@ -1357,9 +1487,29 @@ class HarnessStore:
                 continue
             if not isinstance(value, list) or not all(isinstance(t, Trajectory) for t in value):
                 problem("bad_batch", subject, f"blob {blob[:12]} is not a list of trajectories")
-            elif len(value) != count:
+                continue
+            if len(value) != count:
                 problem("bad_batch", subject, f"holds {len(value)} trajectories, the record says {count}")
+            if self._no_rollout_index or rid not in run_ids:
+                continue
+            for idx, key in indexed.get(seq, {}).items():
+                if idx >= len(value) or trajectory_key(value[idx]) != key:
+                    problem(
+                        "bad_rollout_index",
+                        f"{rid}/{key[:12]}",
+                        f"names position {idx} of batch {batch!r}, which holds another rollout or none",
+                    )
+            missing = [
+                (rid, key, seq, idx, cost) for key, idx, cost in _index_rows(value) if (rid, key) not in keyed
+            ]
+            if missing:
+                keyed.update((rid, key) for _, key, _, _, _ in missing)
+                unindexed.append((subject, missing))
+        fixed = repair and bool(unindexed) and self._reindex([row for _, rows in unindexed for row in rows])
+        for subject, rows in unindexed:
+            problem("bad_rollout_index", subject, f"{len(rows)} stored rollouts are not in the index", fixed)
         checked["trajectory_batches"] = len(batches)
+        checked["indexed_rollouts"] = len(index)
         checked["events"] = int(events[0][0])
         for rid, n in orphans:
             problem("orphan_event", rid, f"{n} events of a run that does not exist")
@@ -1407,6 +1557,16 @@ class HarnessStore:
         checked["runs"] = len(runs)
         checked["runs_on_other_hosts"] = unknown
         return CheckReport(str(self.root), checked, tuple(problems))
+
+    def _reindex(self, rows: list[tuple[str, str, int, int, float]]) -> bool:
+        """Add index rows a check found missing (run, key, batch seq, position, cost)."""
+        self._write(
+            lambda c: c.executemany(
+                "INSERT OR IGNORE INTO rollouts(run_id, key, batch, idx, cost_usd) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
+        return True
 
     def _verify_object(self, digest: str) -> str:
         try:
@@ -1493,10 +1653,12 @@ def _new_run_id(kind: str) -> str:
     return f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
 
 
-def _migrate(c: sqlite3.Connection) -> None:
+def _migrate(c: sqlite3.Connection, batch_keys: Callable[[str], list[tuple[str, int, float]] | None]) -> None:
     """Bring an older schema to `SCHEMA_VERSION`, one step at a time (idempotent under concurrent
     openers: the version is read again inside the write transaction).
-    1 -> 2: runs gain owner, lease and updated columns. 2 -> 3: the counterfactual cache table."""
+    1 -> 2: runs gain owner, lease and updated columns. 2 -> 3: the counterfactual cache table.
+    3 -> 4: the rollout index, filled from every stored batch (`batch_keys` decodes one; a batch whose
+    object is missing or corrupt stays unindexed, and `store check` names its object)."""
     row = c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     if row is None or int(row[0]) >= SCHEMA_VERSION:
         return
@@ -1509,10 +1671,41 @@ def _migrate(c: sqlite3.Connection) -> None:
         c.execute("UPDATE runs SET updated = COALESCE(finished, created) WHERE updated IS NULL")
     if version <= 2:
         c.execute(_COUNTERFACTUALS_TABLE)
+    if version <= 3:
+        c.execute(_ROLLOUTS_TABLE)
+        for seq, run_id, blob in c.execute(
+            "SELECT seq, run_id, blob FROM trajectory_batches ORDER BY seq"
+        ).fetchall():
+            rows = batch_keys(str(blob)) or []
+            c.executemany(
+                "INSERT OR IGNORE INTO rollouts(run_id, key, batch, idx, cost_usd) VALUES (?, ?, ?, ?, ?)",
+                [(run_id, key, seq, i, cost) for key, i, cost in rows],
+            )
     c.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),))
 
 
 _ADAPTER_FILES = ("adapter_config.json", "synthetic_adapter.json")
+
+
+def rollout_key(instance: TaskInstance, harness_id: str, model: str, seed: int) -> str:
+    """What a rollout samples: the task instance (its content), the harness, the model ref and the seed.
+    Within a run a key is stored once; a resumed run, or a re-run of an eval, reuses its rollout."""
+    return content_id(("rollout", content_id(instance), harness_id, model, int(seed)))
+
+
+def trajectory_key(t: Trajectory) -> str:
+    return rollout_key(t.instance, t.harness_id, t.model, t.seed)
+
+
+def _index_rows(trajs: Sequence[Trajectory]) -> list[tuple[str, int, float]]:
+    """(key, position, cost) of each rollout of a batch, the first of a repeated key only."""
+    rows, seen = [], set()
+    for i, t in enumerate(trajs):
+        key = trajectory_key(t)
+        if key not in seen:
+            seen.add(key)
+            rows.append((key, i, float(t.cost_usd)))
+    return rows
 
 
 def is_fresh_store_dir(root: str | Path) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness_store.edits import apply_edit
-from harness_store.store import Event, HarnessRecord, HarnessStore, RunRecord, StoreError
+from harness_store.store import SCHEMA_VERSION, Event, HarnessRecord, HarnessStore, RunRecord, StoreError
 from harness_store.values import (
     AdapterRef,
     AddRecipe,
@@ -404,7 +404,7 @@ def test_a_schema_2_store_gains_the_counterfactual_cache_when_opened(tmp_path: P
     again.put_counterfactuals({key: {"decisive_turn": 2}})
     assert again.get_counterfactuals([key]) == {key: {"decisive_turn": 2}}
     with sqlite3.connect(root / "store.db") as c:
-        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (str(SCHEMA_VERSION),)
     c.close()
 
 
@@ -412,9 +412,9 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path: Path):
     root = tmp_path / "s"
     HarnessStore(root).close()
     with sqlite3.connect(root / "store.db") as c:
-        c.execute("UPDATE meta SET value = '4' WHERE key = 'schema'")
+        c.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION + 1),))
     c.close()
-    with pytest.raises(StoreError, match="schema version 4; this code reads 3"):
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}; this code reads {SCHEMA_VERSION}"):
         HarnessStore(root, create=False)
 
 

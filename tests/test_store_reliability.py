@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from harness_store.store import (
     PROBLEM_KINDS,
+    SCHEMA_VERSION,
     CheckReport,
     HarnessStore,
     Lease,
@@ -580,7 +581,7 @@ def test_schema_1_store_is_migrated_and_its_running_runs_can_be_resumed(tmp_path
     with again.claim_run(rid):
         assert again.get_run(rid).pid == os.getpid()
     with sqlite3.connect(root / "store.db") as c:
-        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)  # 1 -> 2 -> 3
+        assert c.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (str(SCHEMA_VERSION),)  # 1 -> 2 -> 3 -> 4
     c.close()
 
 

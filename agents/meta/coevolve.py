@@ -12,10 +12,19 @@ measured against the baseline on the test split.
 Every step is a *cell* recorded in the journal with its evidence (key -> payload); a resumed run skips
 finished cells and redoes a half-finished one from its own checkpoints (a harness evolution resumes
 from its run's checkpoints), so the same seed gives the same final harness and adapter.
+
+Spend is journaled with the work it pays for: every rollout the run pays for is stored (the run's own
+for data, acceptance and final cells, its harness evolutions' in their runs), and the store indexes
+each stored batch's rollouts in the transaction that stores it. The run's rollout count and rollout
+dollars are those of the distinct rollouts stored by the run and its evolutions (`rollout_spend`), and
+a redone cell takes the rollouts it stored before a kill from the store instead of running them again,
+so a resumed run reports (and pays for) what an uninterrupted one does, but for rollouts in flight at
+the kill. Proposer dollars are journaled per finished evolve cell; wall-clock seconds per cell.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +34,7 @@ import structlog
 
 from agents.meta.acceptance import PairedResult, SignTest
 from agents.stats import paired_difference, pass_rate
+from harness_store.store import rollout_key
 from harness_store.values import Harness, TaskInstance, Trajectory
 
 log = structlog.get_logger(role="meta")
@@ -36,6 +46,8 @@ class Journal(Protocol):
     def get_harness(self, ref: str) -> Harness: ...
     def put_harness(self, h: Harness, **kw: Any) -> str: ...
     def put_trajectories(self, run_id: str, trajectories: Sequence[Trajectory], batch: str = "main") -> str: ...
+    def stored_rollouts(self, run_ids: Sequence[str], keys: Sequence[str]) -> dict[str, Trajectory]: ...
+    def rollout_spend(self, run_ids: Sequence[str]) -> tuple[int, float]: ...
     def create_run(self, kind: str, config: dict[str, Any], run_id: str | None = None) -> str: ...
     def finish_run(self, run_id: str, status: str, result: dict[str, Any]) -> None: ...
 
@@ -79,10 +91,15 @@ class Services:
 
 @dataclass
 class Spend:
-    rollouts: int = 0
-    usd: float = 0.0
+    rollouts: int = 0  # distinct rollouts the run (and its evolutions) stored, plus those in flight
+    rollout_usd: float = 0.0
+    proposer_usd: float = 0.0  # of the finished evolve cells, plus the one at work
     seconds_before: float = 0.0
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def usd(self) -> float:
+        return self.rollout_usd + self.proposer_usd
 
     @property
     def seconds(self) -> float:
@@ -105,16 +122,44 @@ class CoEvolution:
         self.on_status = on_status or (lambda d: None)
         self.done: dict[str, dict[str, Any]] = {e.payload["cell"]: e.payload for e in journal.events(run_id, "cell")}
         spent = [e.payload for e in journal.events(run_id, "spend")]
-        self.spend = Spend(rollouts=spent[-1]["rollouts"] if spent else 0, usd=spent[-1]["usd"] if spent else 0.0,
-                           seconds_before=spent[-1]["seconds"] if spent else 0.0)
+        self.spend = Spend(seconds_before=spent[-1]["seconds"] if spent else 0.0)
+        self.spend.proposer_usd = sum(self._proposer_usd(c) for k, c in self.done.items() if k.startswith("evolve:"))
+        self._sync_spend()
         self.status: dict[str, Any] = {"stage": "starting"}
 
     # ------------------------------------------------------------------ bookkeeping
-    def _evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]:
-        trajs = self.svc.evaluate(jobs, model)
-        self.spend.rollouts += len(trajs)
-        self.spend.usd += sum(t.cost_usd for t in trajs)
-        return trajs
+    def _runs(self) -> list[str]:
+        """This run and the runs of its harness evolutions: where its rollouts are stored."""
+        return [self.run_id, *dict.fromkeys(e.payload["run_id"] for e in self.journal.events(self.run_id, "started"))]
+
+    def _sync_spend(self) -> None:
+        """Rollout spend as the store holds it (the journal of the work): distinct stored rollouts."""
+        self.spend.rollouts, self.spend.rollout_usd = self.journal.rollout_spend(self._runs())
+
+    def _proposer_usd(self, cell: dict[str, Any]) -> float:
+        """A finished evolve cell's proposer dollars (a cell journaled before they were: the evolution's
+        dollars less its stored rollouts')."""
+        if "proposer_usd" in cell:
+            return float(cell["proposer_usd"])
+        results = self.journal.events(cell["run_id"], "result")
+        if not results:
+            return 0.0
+        return max(0.0, results[-1].payload["spend"]["usd"] - self.journal.rollout_spend([cell["run_id"]])[1])
+
+    def _evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str, label: str) -> list[Trajectory]:
+        """Rollouts of this run, in job order: what it stored before under their keys (a redone cell
+        after a kill), the rest run and stored as one batch — the store transaction that records them
+        is their spend."""
+        keys = [rollout_key(inst, h.id, model, seed) for inst, h, seed in jobs]
+        have = self.journal.stored_rollouts([self.run_id], keys)
+        todo = {k: job for k, job in zip(keys, jobs) if k not in have}
+        if todo:
+            fresh = self.svc.evaluate(list(todo.values()), model)
+            self.journal.put_trajectories(self.run_id, fresh, batch=f"{label}-{secrets.token_hex(3)}")
+            self.spend.rollouts += len(fresh)
+            self.spend.rollout_usd += sum(t.cost_usd for t in fresh)
+            have.update(zip(todo, fresh))
+        return [have[k] for k in keys]
 
     def _check(self) -> None:
         """A safe point: budgets and stop requests are honoured between cells."""
@@ -133,6 +178,7 @@ class CoEvolution:
         self._set_status(stage=key)
         started = time.monotonic()
         payload = {"cell": key, **work(), "seconds": round(time.monotonic() - started, 2)}
+        self._sync_spend()
         self.journal.append_event(self.run_id, "cell", payload)
         self.journal.append_event(self.run_id, "spend", {"rollouts": self.spend.rollouts, "usd": round(self.spend.usd, 6),
                                                           "seconds": round(self.spend.seconds, 2)})
@@ -206,13 +252,14 @@ class CoEvolution:
         rid = started[-1]["run_id"] if started else self.journal.create_run("evolve", cfg.to_json())
         if not started:
             self.journal.append_event(self.run_id, "started", {"cell": key, "run_id": rid})
-        counting = _Counting(self)
-        r = HarnessEvolution(cfg, counting, self.svc.proposer(family.name), self.journal, rid).run(resume=resume, start=start)
-        self.spend.usd += r.spend.get("usd", 0.0) - counting.usd  # proposer spend (rollout spend is counted already)
+        r = HarnessEvolution(cfg, _Counting(self), self.svc.proposer(family.name), self.journal, rid).run(resume=resume, start=start)
         self.journal.finish_run(rid, "done", {"harness_id": r.harness_id})
+        # the evolution stored (and so journaled) its rollouts in its run; its dollars beyond them are the proposer's
+        proposer_usd = round(max(0.0, r.spend.get("usd", 0.0) - self.journal.rollout_spend([rid])[1]), 6)
+        self.spend.proposer_usd += proposer_usd
         return {"harness_id": r.harness_id, "run_id": rid, "model": model, "val": [r.baseline_val, r.evolved_val],
                 "accepted": [{k: a[k] for k in ("rationale", "val_gain", "iteration")} for a in r.accepted],
-                "rejected": r.rejected, "rollouts": r.rollouts_used}
+                "rejected": r.rejected, "rollouts": r.rollouts_used, "proposer_usd": proposer_usd}
 
     def _build(self, family: Any, harness: Harness, model: str) -> dict[str, Any]:
         from agents.correction import BuildConfig, DatasetBuilder
@@ -220,8 +267,7 @@ class CoEvolution:
         s = self.s
         cfg = BuildConfig("correction", family.name, model, s.expert, s.judge, rows=s.rows, samples=s.samples, k=s.k, seed=s.seed)
         svc = self.svc.build_services(family.name)
-        counting = _Counting(self)
-        svc.rollouts = counting.evaluate
+        svc.rollouts = lambda jobs, m: self._evaluate(jobs, m, f"data:{family.name}")
         builder = DatasetBuilder(cfg, harness, family.generate("train"), svc)
         new_rows, stats = builder.build(builder.sample(model))
         rows = self._dedup(self._rows_so_far(family.name) + new_rows)
@@ -263,8 +309,8 @@ class CoEvolution:
         s = self.s
         instances = family.generate("val", min(s.val_n, family.split_sizes["val"]))
         jobs = [(i, harness, s.seed + 20_000 + r) for r in range(s.val_seeds) for i in instances]
-        base = self._evaluate(jobs, self._model(current))
-        cand = self._evaluate(jobs, self._model(candidate))
+        base = self._evaluate(jobs, self._model(current), f"accept:{family.name}:current")
+        cand = self._evaluate(jobs, self._model(candidate), f"accept:{family.name}:candidate")
         scored = [(a.passed, b.passed) for a, b in zip(base, cand) if a.error != "infra" and b.error != "infra"]
         r = PairedResult(sum(b and not a for a, b in scored), sum(a and not b for a, b in scored),
                          sum(a == b for a, b in scored))
@@ -284,8 +330,8 @@ class CoEvolution:
         for label, (h, model) in arms.items():
             if label == "evolved+adapter" and adapter is None:
                 continue
-            trajs = self._evaluate([(i, h, s.seed + 10_000 + r) for r in range(s.repeats) for i in instances], model)
-            self.journal.put_trajectories(self.run_id, trajs, batch=f"final:{family.name}:{label}")
+            trajs = self._evaluate([(i, h, s.seed + 10_000 + r) for r in range(s.repeats) for i in instances], model,
+                                   f"final:{family.name}:{label}")
             rates[label] = pass_rate(trajs)
         last = "evolved+adapter" if "evolved+adapter" in rates else "evolved"
         gain, ci = paired_difference(rates["baseline"], rates[last])
@@ -295,16 +341,16 @@ class CoEvolution:
 
 
 class _Counting:
-    """An Evaluator that counts the run's rollouts and dollars as it goes (budgets are run-wide)."""
+    """A harness evolution's Evaluator: its rollouts count in the run's spend as they come back (the
+    evolution stores them in its run; the cell's end re-reads the spend from the store)."""
 
     def __init__(self, owner: CoEvolution):
         self.owner = owner
-        self.usd = 0.0
 
     def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]:
-        before = self.owner.spend.usd
-        out = self.owner._evaluate(jobs, model)
-        self.usd += self.owner.spend.usd - before
+        out = self.owner.svc.evaluate(jobs, model)
+        self.owner.spend.rollouts += len(out)
+        self.owner.spend.rollout_usd += sum(t.cost_usd for t in out)
         return out
 
 

@@ -18,6 +18,12 @@ rollout budget is exact; tokens, dollars and seconds are checked before each bat
 so they overshoot by at most one in-flight batch. A checkpoint closes every iteration; `resume`
 continues from the last one and — all randomness being seeded by (seed, iteration) — reaches the same
 final harness as an uninterrupted run.
+
+Every batch of rollouts is stored in the run as it comes back, indexed by rollout key (instance,
+harness, model, seed) in the same store transaction. A resumed run redoes the iteration it was killed
+in, and takes the rollouts that iteration had stored from the store instead of paying for them again:
+its spend (restored from the checkpoint, then counted job by job as the iteration is redone) equals an
+uninterrupted run's, and so does the work paid for, but for the rollouts in flight at the kill.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from agents.meta.acceptance import FamilyRule, PairedResult, make_rule
 from agents.meta.evidence import build_evidence
 from agents.meta.proposer import LLMProposer, Proposal
 from harness_store.edits import edit_to_json
+from harness_store.store import rollout_key
 from harness_store.values import Harness, TaskInstance, Trajectory
 from tasks import get_family
 
@@ -109,6 +116,7 @@ class Journal(Protocol):
     def put_harness(self, h: Harness, **kw: Any) -> str: ...
     def get_harness(self, ref: str) -> Harness: ...
     def put_trajectories(self, run_id: str, trajectories: Sequence[Trajectory], batch: str = "main") -> str: ...
+    def stored_rollouts(self, run_ids: Sequence[str], keys: Sequence[str]) -> dict[str, Trajectory]: ...
 
 
 @dataclass
@@ -248,7 +256,8 @@ class HarnessEvolution:
             self.journal.append_event(
                 self.run_id,
                 "proposal",
-                {"iteration": it, "raw": p.raw, "error": p.error, "candidate": p.candidate.id if p.candidate else None},
+                {"iteration": it, "raw": p.raw, "error": p.error, "candidate": p.candidate.id if p.candidate else None,
+                 **({"context_cuts": list(p.cuts)} if p.cuts else {})},  # what the evidence lost to the window
             )
             if p.error:
                 st.invalid += 1
@@ -352,13 +361,25 @@ class HarnessEvolution:
         left = self.cfg.budget.rollouts - st.spend.rollouts
         if len(jobs) > left:
             raise BudgetExhausted("rollouts")
-        trajs = self.evaluator.evaluate(jobs, self.cfg.model)
+        trajs = self._rollouts(jobs, name)
         st.spend.rollouts += len(jobs)
         st.spend.usd += sum(t.cost_usd for t in trajs)
-        st.batches += 1
-        # work redone after a resume gets fresh batch names (latencies differ, so the content does)
-        self.journal.put_trajectories(self.run_id, trajs, batch=f"{st.batches:05d}-{name}-{secrets.token_hex(3)}")
         return trajs
+
+    def _rollouts(self, jobs: list[tuple[TaskInstance, Harness, int]], name: str) -> list[Trajectory]:
+        """The jobs' rollouts, in job order: those this run stored before (after a resume, what the
+        redone iteration had stored before the kill), the rest from the evaluator, stored as one batch."""
+        st, model = self._state, self.cfg.model
+        keys = [rollout_key(inst, h.id, model, seed) for inst, h, seed in jobs]
+        have = self.journal.stored_rollouts([self.run_id], keys)
+        todo = {k: job for k, job in zip(keys, jobs) if k not in have}
+        if todo:
+            fresh = self.evaluator.evaluate(list(todo.values()), model)
+            st.batches += 1
+            # batch numbers restart at the checkpoint's after a resume: the suffix keeps names unique
+            self.journal.put_trajectories(self.run_id, fresh, batch=f"{st.batches:05d}-{name}-{secrets.token_hex(3)}")
+            have.update(zip(todo, fresh))
+        return [have[k] for k in keys]
 
     def _tick(self) -> None:
         self._state.spend.seconds = self._seconds_before + (time.monotonic() - self._t0)
