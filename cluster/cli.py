@@ -146,8 +146,9 @@ def _stopped(
     elif run_id:
         done = [r for r, st in (intr.runs if intr else {}).items() if st == "done"]
         kept = f"; finished runs kept: {', '.join(done)}" if done else ""
-        line = (f"interrupted ({sig}): {kind} run {run_id} is recorded as interrupted{kept}; "
-                "run the same command again to redo it")
+        again = ("run the same command again to finish it (the rollouts it stored are reused)" if kind == "eval"
+                 else "run the same command again to redo it")
+        line = f"interrupted ({sig}): {kind} run {run_id} is recorded as interrupted{kept}; {again}"
     else:
         line = f"interrupted ({sig}) before any run started: nothing was recorded"
     if after_live and not sys.stderr.isatty():

@@ -7,10 +7,15 @@ The job's `finally` blocks run: actors are shut down, an evolve run's lease is r
 marked `interrupted` and `coevolve evolve --resume RUN_ID` continues it), an eval run is recorded as
 `interrupted`. The exception carries the run id, and the CLI prints one line and exits 128 + signal
 (130 for SIGINT, 143 for SIGTERM). A second signal while stopping exits at once.
+
+An eval stores its rollouts as they finish, `EVAL_STORE_BATCH` per store transaction, so a failure late
+in an eval (a signal, a full disk: one `error:` line saying how many rollouts were kept) keeps what was
+done; running the same eval again continues that unfinished run, reusing its stored rollouts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -369,7 +374,55 @@ def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
     return results
 
 
+EVAL_STORE_BATCH = 50  # an eval stores its rollouts as they finish, this many per batch (one transaction each)
+
+
+class _Streamed:
+    """Stores an eval's rollouts as they come back, `size` per batch, each batch one store transaction
+    (which also indexes them): a failure late in an eval loses at most one unstored batch."""
+
+    def __init__(self, store: Any, run_id: str, size: int) -> None:
+        self.store, self.run_id, self.size = store, run_id, size
+        self.pending: list[Any] = []
+        self.batches = len(store.trajectory_batches(run_id))  # a continued run's parts come after its own
+
+    def add(self, traj: Any) -> None:
+        self.pending.append(traj)
+        if len(self.pending) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.store.put_trajectories(self.run_id, self.pending, batch=f"{self.batches + 1:05d}")
+            self.batches += 1
+            self.pending = []
+
+
+def _eval_config(config: dict[str, Any]) -> dict[str, Any]:
+    """What makes two evals the same eval (the rollout actors do not)."""
+    return {k: v for k, v in config.items() if k != "workers"}
+
+
+def _eval_run(store: Any, config: dict[str, Any]) -> tuple[str, Any]:
+    """The run an eval records into: the newest unfinished eval of the same request whose process is
+    gone (failed, interrupted, or left `running` by a killed process), claimed and continued so that its
+    stored rollouts are reused; else a new run. (run id, lease or None)."""
+    from harness_store.store import StoreError
+
+    same = [r for r in store.list_runs("eval") if r.status != "done" and _eval_config(r.config) == _eval_config(config)]
+    if same:
+        try:
+            return same[-1].run_id, store.claim_run(same[-1].run_id, heartbeat_s=None)
+        except StoreError:  # another live process is at work on it: this eval is a run of its own
+            pass
+    return store.create_run("eval", config), None
+
+
 def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model: str, progress: bool) -> EvalResult:
+    """One (family, model) eval. Rollouts are stored as they finish (`EVAL_STORE_BATCH` per batch), so
+    a failure late in the eval (a full disk) keeps what was done, and running the same eval again
+    continues that run: the rollouts it stored are reused, only the missing ones are run."""
+    from harness_store.store import StoreError, rollout_key
     from services.pool import RolloutJob
 
     req = plan.request
@@ -377,14 +430,21 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
         "family": fam, "split": req.split, "n": req.n, "harness_id": h.id, "model": model,
         "seed": req.seed, "workers": req.workers, "repeats": req.repeats,
     }
-    run_id = store.create_run("eval", config)
+    jobs = [RolloutJob(i, h, model, req.seed + r) for r in range(req.repeats) for i in plan.instances[fam]]
+    keys = [rollout_key(j.instance, j.harness.id, j.model, j.seed) for j in jobs]
+    run_id, lease = _eval_run(store, config)
     log = structlog.get_logger(role="eval", run_id=run_id, harness_id=h.id[:12])
-    log.info("eval started", family=fam, model=model, n=req.n)
     started = time.perf_counter()
     try:
-        jobs = [RolloutJob(i, h, model, req.seed + r) for r in range(req.repeats) for i in plan.instances[fam]]
-        trajs = pool.run(jobs, progress=progress, description=f"{fam} {model}")
-        store.put_trajectories(run_id, trajs)
+        have = store.stored_rollouts([run_id], keys)
+        todo = {k: j for k, j in zip(keys, jobs) if k not in have}
+        log.info("eval started", family=fam, model=model, n=req.n, rollouts=len(jobs), reused=len(jobs) - len(todo))
+        sink = _Streamed(store, run_id, EVAL_STORE_BATCH)
+        fresh = pool.run(list(todo.values()), on_result=lambda _i, t: sink.add(t), progress=progress,
+                         description=f"{fam} {model}")
+        sink.flush()
+        have.update(zip(todo, fresh))
+        trajs = [have[k] for k in keys]
         summary = summarise(trajs, split=req.split, seed=req.seed)
         res = EvalResult(
             run_id, summary, failure_causes(trajs), time.perf_counter() - started, pass_rate(trajs), req.repeats
@@ -393,10 +453,30 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
     except BaseException as e:
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
         _mark(e, "eval", run_id, status)
-        store.finish_run(run_id, status, {"error": f"{type(e).__name__}: {e}"})
+        with contextlib.suppress(StoreError):  # a full disk may refuse this too: the run stays for a re-run
+            store.finish_run(run_id, status, {"error": f"{type(e).__name__}: {e}"})
+        if isinstance(e, StoreError):
+            kept = _kept(store, run_id)
+            raise StoreError(
+                f"{e}; eval run {run_id} keeps {kept} of its {len(jobs)} rollouts in the store: free the cause"
+                " and run the same command again to finish it (the stored rollouts are reused)"
+            ) from None
         raise
-    log.info("eval done", pass_rate=summary.pass_rate)
+    finally:
+        if lease is not None:
+            with contextlib.suppress(StoreError):
+                lease.release()
+    log.info("eval done", pass_rate=summary.pass_rate, reused=len(jobs) - len(todo))
     return res
+
+
+def _kept(store: Any, run_id: str) -> int | str:
+    from harness_store.store import StoreError
+
+    try:
+        return store.rollout_spend([run_id])[0]
+    except StoreError:
+        return "an unknown number"
 
 
 # ------------------------------------------------------------------------------------------ evolve
