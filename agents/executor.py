@@ -6,6 +6,13 @@ the loop stops on finish, the turn limit or a context-window overflow; the check
 service state. A failed rollout is data (its trajectory says why); only a model/transport error that
 outlasts the retries makes an `infra` trajectory, which is never counted as a task failure.
 
+The harness's decoding policy goes with every model call of the rollout (`decoding=`, only when it is
+not the default, so a client that predates it keeps working for every harness that does not set one).
+In constrained mode every reply is one schema-valid call (the gateway's doing); a reply the gateway
+could not read as one is recorded with a `constrained_error` event and, having no call, gets the
+no-tool-call nudge. A model that cannot honour the mode (`DecodingUnsupported`) is a configuration
+error: it ends the rollout with that exception, not with an infra trajectory.
+
 Blocking work runs off the event loop, so that one slow tool does not stall the other rollouts of the
 same executor (an actor runs many at once): the environment's construction (it may open a browser
 page or a database), the calls of the tools the environment names in `blocking_tools` (a sandbox
@@ -37,7 +44,15 @@ import structlog
 
 from agents import hooks as hk
 from agents.context import apply_policy
-from harness_store.values import Harness, HookSpec, TaskInstance, ToolSpec, Trajectory, TurnRecord
+from harness_store.values import (
+    DecodingPolicy,
+    Harness,
+    HookSpec,
+    TaskInstance,
+    ToolSpec,
+    Trajectory,
+    TurnRecord,
+)
 from tasks import get_family
 
 T = TypeVar("T")
@@ -59,8 +74,11 @@ class Completion:
 
 
 class ModelClient(Protocol):
+    """`decoding` is passed only for a harness whose decoding policy is not the default."""
+
     async def acomplete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int,
+        decoding: DecodingPolicy | None = None,
     ) -> Completion: ...
 
 
@@ -78,6 +96,12 @@ def openai_tool(t: ToolSpec) -> dict[str, Any]:
 
 class ModelUnavailable(RuntimeError):
     pass
+
+
+class DecodingUnsupported(ValueError):
+    """The model (its provider) cannot honour the harness's decoding policy, e.g. constrained tool calls
+    from a provider without structured output. Not retried and not an infra trajectory: every call
+    would fail the same way."""
 
 
 class ContextWindowExceeded(ModelUnavailable):
@@ -198,7 +222,7 @@ class Executor:
                 events.append("forced")
             else:
                 try:
-                    comp = await self._complete(model, visible, tool_schemas, seed, log)
+                    comp = await self._complete(model, visible, tool_schemas, seed, log, harness.decoding)
                 except ContextWindowExceeded as e:
                     error, error_detail = "task", f"context window exceeded at turn {turn}: {e}"
                     break
@@ -206,6 +230,8 @@ class Executor:
                     error, error_detail = "infra", str(e)
                     break
                 turn_testbed = comp.meta.get("testbed")
+                if comp.meta.get("constrained_error"):
+                    events.append("constrained_error")
             latency = time.perf_counter() - started
             cost += comp.cost_usd
             msg = {k: v for k, v in comp.message.items() if k in ("role", "content", "tool_calls")}
@@ -388,14 +414,18 @@ class Executor:
             return f"error: tool {name} crashed: {type(e).__name__}: {e}", False, False, []
         return result.content, not result.error, result.finished, []
 
-    async def _complete(self, model: str, messages: list[dict], tools: list[dict], seed: int, log: Any) -> Completion:
+    async def _complete(
+        self, model: str, messages: list[dict], tools: list[dict], seed: int, log: Any,
+        decoding: DecodingPolicy | None = None,
+    ) -> Completion:
+        kw = {} if decoding is None or decoding.is_default else {"decoding": decoding}
         last: Exception | None = None
         for attempt in range(self.retry.attempts):
             try:
                 return await asyncio.wait_for(
-                    self.client.acomplete(model, messages, tools, seed=seed), self.retry.call_timeout_s
+                    self.client.acomplete(model, messages, tools, seed=seed, **kw), self.retry.call_timeout_s
                 )
-            except ModelUnavailable:
+            except (ModelUnavailable, DecodingUnsupported):
                 raise  # the client (the gateway) has retried already, or the error is not retryable
             except Exception as e:  # noqa: BLE001 — transport, provider, timeout: all retried, then infra
                 last = e

@@ -18,7 +18,14 @@ family's plan, and can fail in one of five ways:
 Sampling: every draw comes from a generator seeded by (instance, model, seed, turn, what the model
 sees), so one instance passes on some seeds and fails on others, and any change to the harness text
 resamples — as with a real model sampled at a temperature. `temperature` sharpens (<1) or flattens
-(>1) every probability; at 0 the policy takes the likelier branch every time.
+(>1) every probability; at 0 the policy takes the likelier branch every time. A request's temperature
+(a harness's decoding policy) replaces the profile's.
+
+Constrained decoding (`constrained=True`: the request asked for one schema-valid call): the policy
+makes exactly one call a turn — a batched planner takes its plan one step at a time, as the grammar
+admits one call — and never drops a required argument (a malformed call is what the schema masks
+out). The provider (`services.synthetic_provider`) checks the reply against the requested schema and
+answers with its JSON, as a server with structured output does.
 
 What the policy did and why (its deviation from a fully informed action, the harness sentences it
 relied on) goes into the reply's `testbed` metadata, which the executor stores in the trajectory's
@@ -240,7 +247,9 @@ class SyntheticPolicy:
             return frozenset(f.id for f in family.facts if not f.rare) | self.profile.extra_facts
         return frozenset(f.id for f in family.facts if f.common) | self.profile.extra_facts
 
-    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int, model: str) -> SyntheticReply:
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int, model: str, constrained: bool = False
+    ) -> SyntheticReply:
         prompt_tokens = sum(message_tokens(m) for m in messages)
         user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
         match = TASK_ID.search(user)
@@ -333,7 +342,7 @@ class SyntheticPolicy:
 
         batch = [p]
         rate = self.profile.batch_rate if self.profile.batch_rate is not None else float(self.profile.style == "batched")
-        batching = not STEPWISE.stated_in(text) and draw(rate)
+        batching = not constrained and not STEPWISE.stated_in(text) and draw(rate)
         if batching:
             n = p + 1
             while n < len(plan) and all(u < p for u in plan[n].uses):
@@ -354,7 +363,8 @@ class SyntheticPolicy:
             if cause is None and args != full_plan[n].args:
                 cause = self._attribute(family, instance, n, step, k, matched, own)
             relied_on += self._relied_on(family, instance, n, step, k, text, own)
-            mutated = _mutate(args, schemas.get(step.tool, {}), rng) if draw(self.profile.error_rate) else None
+            slip = not constrained and draw(self.profile.error_rate)
+            mutated = _mutate(args, schemas.get(step.tool, {}), rng) if slip else None
             if mutated:
                 args, what = mutated
                 cause = cause or {"category": "tool-use", "detail": f"{step.tool}: {what}", "step": n}
@@ -450,13 +460,22 @@ def respond(
     seed: int = 0,
     adapter: dict[str, Any] | None = None,
     adapter_id: str | None = None,
+    *,
+    constrained: bool = False,
+    temperature: float | None = None,
 ) -> SyntheticReply:
     """One reply of `synthetic/<model>[@adapter_id]`. The adapter is part of the model's identity, so it
-    samples differently from its base (as different weights would), not with common random numbers."""
+    samples differently from its base (as different weights would), not with common random numbers.
+    `constrained` and `temperature` come from the request (module doc); only the agent policies take
+    them: a role (proposer, judge, expert) answers in text."""
     from agents.synthetic_roles import answer, role_of
 
     profile = profile_for(model, adapter)
     role = role_of(messages)
+    if constrained and (profile.name in ("meta", "meta-generic", "judge") or role is not None):
+        raise ValueError(f"synthetic/{model} answers this prompt in text; it cannot make a constrained tool call")
+    if temperature is not None:
+        profile = replace(profile, temperature=float(temperature))
     if profile.name in ("meta", "meta-generic"):
         from agents.meta.synthetic_meta import propose
 
@@ -466,7 +485,9 @@ def respond(
     elif profile.name == "judge":
         raise ValueError("synthetic/judge answers the judge's prompts only")
     else:
-        reply = SyntheticPolicy(profile).respond(messages, tools, seed, f"{model}@{adapter_id}" if adapter_id else model)
+        reply = SyntheticPolicy(profile).respond(
+            messages, tools, seed, f"{model}@{adapter_id}" if adapter_id else model, constrained=constrained
+        )
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token
     return replace(reply, cost_usd=cost)
 

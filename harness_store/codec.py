@@ -3,6 +3,11 @@
 A dataclass becomes a map with a type tag (`"~t": "Harness"`); tuples travel as arrays and come back
 as tuples where the field is annotated as one. `canonical` sorts every map so that equal values
 encode to equal bytes, which is what content ids (harness ids, trajectory ids, blob names) hash.
+
+A field declared with `values.OMIT_DEFAULT` in its metadata (a field added to a type after values of it
+were stored, e.g. `Harness.decoding`) is left out while it holds its default, and a map without it
+decodes to the default: every value stored or identified before the field existed keeps its bytes and
+its content id, and a value that sets the field gets a new one.
 """
 
 from __future__ import annotations
@@ -38,6 +43,24 @@ def _tuple_fields(cls: type) -> frozenset[str]:
     )
 
 
+@cache
+def _omitted_defaults(cls: type) -> dict[str, Any]:
+    """Field name -> default, for the fields of `cls` left out of the encoding while at their default."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get(values.OMIT_DEFAULT):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+    return out
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Equal to the default and of its type (`True == 1`, `0.0 == 0`: those must still be encoded)."""
+    return type(value) is type(default) and value == default
+
+
 def to_plain(value: Any, *, sort: bool = False) -> Any:
     """Value -> msgpack-ready structure (maps, arrays, scalars)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -45,8 +68,12 @@ def to_plain(value: Any, *, sort: bool = False) -> Any:
         if _TYPES.get(name) is not type(value):
             raise CodecError(f"{type(value).__qualname__} is not a registered value type")
         out: dict[str, Any] = {TAG: name}
+        omit = _omitted_defaults(type(value))
         for f in dataclasses.fields(value):
-            out[f.name] = to_plain(getattr(value, f.name), sort=sort)
+            field_value = getattr(value, f.name)
+            if f.name in omit and _is_default(field_value, omit[f.name]):
+                continue
+            out[f.name] = to_plain(field_value, sort=sort)
         return dict(sorted(out.items())) if sort else out
     if isinstance(value, dict):
         items = ((_escape(k), to_plain(v, sort=sort)) for k, v in value.items())

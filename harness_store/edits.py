@@ -14,7 +14,8 @@ exception either raises:
   valid Unicode, at most `MAX_JSON_DEPTH` levels deep — so that the codec can store the result and no
   check can overflow the stack.
 - **Meaning** (`_apply_op`, `validate_harness`): the section or tool exists, names are unique, a hook
-  runs on its event, numbers are in range.
+  runs on its event, numbers are in range (a decoding policy's mode is one of `TOOL_CALL_MODES`, its
+  temperature in 0..`MAX_TEMPERATURE`, its reply cap in 1..`MAX_REPLY_TOKENS`).
 
 **Limits**, so that neither an edit nor a harness can grow without bound (a proposer's answer, a file
 given to `harness apply` and a stored record are all untrusted sizes):
@@ -47,6 +48,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -56,12 +58,14 @@ from pydantic import (
 from harness_store.values import (
     CONTEXT_STRATEGIES,
     HOOK_EVENTS,
+    TOOL_CALL_MODES,
     AddHook,
     AddRecipe,
     AddTool,
     AlterTool,
     AppendSection,
     ContextPolicy,
+    DecodingPolicy,
     Harness,
     HarnessEdit,
     HookSpec,
@@ -71,6 +75,7 @@ from harness_store.values import (
     RemoveSection,
     RemoveTool,
     SetContextPolicy,
+    SetDecoding,
     SetMaxTurns,
     SetSection,
     ToolSpec,
@@ -96,6 +101,8 @@ MAX_SECTIONS = 64  # prompt sections of a harness
 MAX_TOOLS = 64
 MAX_RECIPES = 32
 MAX_HARNESS_CHARS = 100_000  # `harness_chars`: texts, names and JSON payloads of a whole harness
+MAX_TEMPERATURE = 2.0  # the OpenAI API's range, which vLLM and litellm's providers accept
+MAX_REPLY_TOKENS = 32_768  # a reply cap above any context window a harness here runs in
 MAX_JSON_DEPTH = 32  # nesting of a tool schema or hook params (real schemas need a handful of levels)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what msgpack (the store's codec) encodes as a signed integer
 
@@ -191,6 +198,15 @@ class ContextPolicyModel(_Strict):
 class RecipeModel(_Strict):
     name: Text
     text: Text
+
+
+class DecodingPolicyModel(_Strict):
+    """A number for `temperature` (an integer is one; a boolean, a string or NaN is not), an integer
+    for `max_tokens`; null for either is the provider's default."""
+
+    tool_calls: Text = DecodingPolicy().tool_calls
+    temperature: Annotated[StrictFloat, Field(allow_inf_nan=False)] | None = DecodingPolicy().temperature
+    max_tokens: Int64 | None = DecodingPolicy().max_tokens
 
 
 # The operations in the proposer's JSON form: {"op": <kind>, <fields>}. `to_op` builds the dataclass.
@@ -311,6 +327,15 @@ class SetMaxTurnsJson(_Strict):
         return SetMaxTurns(self.max_turns)
 
 
+class SetDecodingJson(DecodingPolicyModel):
+    """Sets the whole decoding policy: a field left out (or null) takes `DecodingPolicy`'s default."""
+
+    op: Literal["set_decoding"]
+
+    def to_op(self) -> SetDecoding:
+        return SetDecoding(DecodingPolicy(self.tool_calls, self.temperature, self.max_tokens))
+
+
 EditOpJson = Annotated[
     SetSectionJson
     | AppendSectionJson
@@ -322,7 +347,8 @@ EditOpJson = Annotated[
     | RemoveHookJson
     | SetContextPolicyJson
     | AddRecipeJson
-    | SetMaxTurnsJson,
+    | SetMaxTurnsJson
+    | SetDecodingJson,
     Field(discriminator="op"),
 ]
 
@@ -353,6 +379,7 @@ OP_MODELS: dict[str, tuple[type[_Strict], type]] = {
     "set_context_policy": (SetContextPolicyJson, SetContextPolicy),
     "add_recipe": (AddRecipeJson, AddRecipe),
     "set_max_turns": (SetMaxTurnsJson, SetMaxTurns),
+    "set_decoding": (SetDecodingJson, SetDecoding),
 }
 _OP_KIND: dict[type, str] = {cls: kind for kind, (_, cls) in OP_MODELS.items()}
 # A dataclass op that wraps one part (AddTool(tool=ToolSpec)): the field, its class, the part's model.
@@ -361,6 +388,7 @@ _WRAPPED_PART: dict[type, tuple[str, type, type[_Strict]]] = {
     AddHook: ("hook", HookSpec, HookSpecModel),
     SetContextPolicy: ("policy", ContextPolicy, ContextPolicyModel),
     AddRecipe: ("recipe", Recipe, RecipeModel),
+    SetDecoding: ("policy", DecodingPolicy, DecodingPolicyModel),
 }
 
 
@@ -424,6 +452,10 @@ def _problem(error: Any, model: type[BaseModel] | None, owner: str = "this opera
         return f"must be a string, not {got}"
     if kind == "int_type":
         return f"must be an integer, not {got}"
+    if kind == "float_type":
+        return f"must be a number, not {got}"
+    if kind == "finite_number":
+        return "must be a finite number"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         return f"must be an object, not {got}"
     if kind == "list_type":
@@ -537,6 +569,12 @@ def _check_harness_types(h: Any) -> None:
         _validate(ContextPolicyModel, _fields(h.context), "context.")
     except EditError as e:
         raise EditError(f"harness {e}") from None
+    if not isinstance(h.decoding, DecodingPolicy):
+        raise EditError(f"harness decoding must be a DecodingPolicy, not {_a(h.decoding)}")
+    try:
+        _validate(DecodingPolicyModel, _fields(h.decoding), "decoding.")
+    except EditError as e:
+        raise EditError(f"harness {e}") from None
     if not isinstance(h.max_turns, int) or isinstance(h.max_turns, bool):
         raise EditError(f"harness max_turns must be an integer, not {_a(h.max_turns)}")
 
@@ -601,6 +639,7 @@ def validate_harness(h: Harness) -> None:
     for k in h.hooks:
         _check_hook(k)
     _check_context(h.context)
+    _check_decoding(h.decoding)
     if not 1 <= h.max_turns <= MAX_TURNS_LIMIT:
         raise EditError(f"max_turns must be in 1..{MAX_TURNS_LIMIT}, got {_safe_repr(h.max_turns)}")
     size = harness_chars(h)
@@ -661,6 +700,7 @@ class _Draft:
     context: ContextPolicy
     recipes: dict[str, Recipe]
     max_turns: int
+    decoding: DecodingPolicy
 
     @classmethod
     def of(cls, h: Harness) -> _Draft:
@@ -678,6 +718,7 @@ class _Draft:
             context=h.context,
             recipes={r.name: r for r in h.recipes},
             max_turns=h.max_turns,
+            decoding=h.decoding,
         )
 
     def harness(self) -> Harness:
@@ -689,6 +730,7 @@ class _Draft:
             context=self.context,
             recipes=tuple(self.recipes.values()),
             max_turns=self.max_turns,
+            decoding=self.decoding,
         )
 
     def grow(self, field: str, n: int) -> None:
@@ -765,6 +807,9 @@ def _apply_op(d: _Draft, op: Any) -> None:
             if not 1 <= n <= MAX_TURNS_LIMIT:
                 raise EditError(f"max_turns must be an int in 1..{MAX_TURNS_LIMIT}, got {n}")
             d.max_turns = n
+        case SetDecoding(policy=policy):
+            _check_decoding(policy)
+            d.decoding = DecodingPolicy(policy.tool_calls, policy.temperature, policy.max_tokens)  # 0 -> 0.0
         case _:
             raise EditError(f"unknown operation {_safe_repr(op)}")
 
@@ -805,6 +850,15 @@ def _check_context(c: ContextPolicy) -> None:
         raise EditError(f"token_budget {c.token_budget} is outside 500..1000000")
     if not 1 <= c.keep_last <= 100:
         raise EditError(f"keep_last {c.keep_last} is outside 1..100")
+
+
+def _check_decoding(p: DecodingPolicy) -> None:
+    if p.tool_calls not in TOOL_CALL_MODES:
+        raise EditError(f"decoding tool_calls {_q(p.tool_calls)} is not one of {TOOL_CALL_MODES}")
+    if p.temperature is not None and not 0.0 <= p.temperature <= MAX_TEMPERATURE:
+        raise EditError(f"decoding temperature {p.temperature:g} is outside 0..{MAX_TEMPERATURE:g}")
+    if p.max_tokens is not None and not 1 <= p.max_tokens <= MAX_REPLY_TOKENS:
+        raise EditError(f"decoding max_tokens {p.max_tokens} is outside 1..{MAX_REPLY_TOKENS}")
 
 
 def _unique(names: list[Any], what: str) -> None:
@@ -858,6 +912,8 @@ def edit_to_json(edit: HarnessEdit) -> dict[str, Any]:
                 )
             case AddRecipe(recipe=r):
                 ops.append({"op": "add_recipe", "name": r.name, "text": r.text})
+            case SetDecoding(policy=p):
+                ops.append({"op": "set_decoding", **{k: v for k, v in _fields(p).items() if v is not None}})
             case _:
                 kind = _op_kind(op)
                 if kind is None:

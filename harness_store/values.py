@@ -19,6 +19,13 @@ CONTEXT_STRATEGIES: tuple[str, ...] = ("keep-all", "truncate-middle", "summarise
 
 ErrorKind = Literal["none", "task", "infra"]
 
+ToolCallMode = Literal["free", "constrained"]
+TOOL_CALL_MODES: tuple[str, ...] = ("free", "constrained")
+
+# A field whose metadata carries OMIT_DEFAULT is left out of the encoding while it holds its default
+# (harness_store.codec), so adding it to a value type keeps the content id of every existing value.
+OMIT_DEFAULT = "omit_default"
+
 
 # --------------------------------------------------------------------------------------- harness
 @dataclass(frozen=True)
@@ -59,6 +66,40 @@ class Recipe:
 
 
 @dataclass(frozen=True)
+class DecodingPolicy:
+    """How the model is asked to answer each turn (the gateway turns it into request parameters).
+
+    - `tool_calls`: "free" — the model writes what it likes (text, any number of tool calls, which the
+      server's tool parser reads); "constrained" — every reply is exactly one call of one of the offered
+      tools whose arguments satisfy that tool's JSON schema (structured output over the union of the
+      tools' schemas, turned into an OpenAI tool call by the gateway).
+    - `temperature`: the sampling temperature; None sends none (the provider's default).
+    - `max_tokens`: the reply's token cap; None sends none (the server's default).
+
+    The defaults are what every harness did before the policy existed, and a harness holding them
+    encodes (and so is identified) exactly as before.
+    """
+
+    tool_calls: str = "free"
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        # 0 and 0.0 are one temperature: one encoding, one content id
+        if isinstance(self.temperature, int) and not isinstance(self.temperature, bool):
+            object.__setattr__(self, "temperature", float(self.temperature))
+
+    @property
+    def is_default(self) -> bool:
+        return self == DecodingPolicy()
+
+    def describe(self) -> str:
+        temperature = "provider default" if self.temperature is None else f"{self.temperature:g}"
+        cap = "server default" if self.max_tokens is None else str(self.max_tokens)
+        return f"tool_calls={self.tool_calls} temperature={temperature} max_tokens={cap}"
+
+
+@dataclass(frozen=True)
 class Harness:
     family: str
     system_prompt: tuple[PromptSection, ...]
@@ -67,6 +108,7 @@ class Harness:
     context: ContextPolicy = ContextPolicy()
     recipes: tuple[Recipe, ...] = ()
     max_turns: int = 24
+    decoding: DecodingPolicy = field(default=DecodingPolicy(), metadata={OMIT_DEFAULT: True})
 
     @property
     def id(self) -> str:
@@ -94,6 +136,10 @@ class Harness:
         lines.append(f"context: {c.strategy} budget={c.token_budget} keep_last={c.keep_last}")
         lines.append("recipes:")
         lines += [f"  {r.name}: {r.text}" for r in self.recipes] or ["  (none)"]
+        # Shown once it differs from the default, so that the readable form of every harness that
+        # predates the policy (what `harness diff` compares and proposers read) is unchanged.
+        if not self.decoding.is_default:
+            lines.append(f"decoding: {self.decoding.describe()}")
         return "\n".join(lines)
 
     def render_system(self) -> str:
@@ -165,6 +211,11 @@ class SetMaxTurns:
     max_turns: int
 
 
+@dataclass(frozen=True)
+class SetDecoding:
+    policy: DecodingPolicy
+
+
 EditOp = (
     SetSection
     | AppendSection
@@ -177,6 +228,7 @@ EditOp = (
     | SetContextPolicy
     | AddRecipe
     | SetMaxTurns
+    | SetDecoding
 )
 
 

@@ -24,6 +24,21 @@ an infra failure: a tool call whose arguments a real model cut off or malformed 
 loop as the model's message and becomes an error observation; only a transport fault (the response
 itself unreadable) is retried.
 
+Decoding (`decoding=DecodingPolicy`, the harness's; absent for a default policy): `temperature` and
+`max_tokens` are sent when set. In constrained mode (`tool_calls="constrained"`) the request asks for
+structured output over the union of the offered tools (`services.constrained`: `response_format`
+json_schema, an `anyOf` of one `{"name": const, "arguments": <its schema>}` object per tool), and the
+JSON answer comes back as an assistant message with exactly that one tool call, so callers see the same
+shape as in free mode; an answer that is not one call of an offered tool (a server that ignored the
+schema, a reply cut at its cap) comes back as text without a call, with `constrained_error` in the
+completion's meta — what the model wrote, never an infra failure. Which models can be constrained
+(`constrained_unsupported`): the synthetic models and the Ray Serve vLLM app (`vllm/`), any vLLM
+server litellm reaches as `hosted_vllm/`, the models litellm's model map lists as supporting a
+response schema (`litellm.supports_response_schema`), and the routes named in
+`$COEVOLVE_CONSTRAINED_MODELS` (comma-separated `provider/model` or `provider/*`, for an
+OpenAI-compatible server with structured outputs that litellm does not know). Any other model raises
+`DecodingUnsupported`, one line naming the mode, before a request is sent.
+
 Secrets: provider keys come from the environment or a secrets file (`COEVOLVE_SECRETS_FILE`, default
 `~/.config/coevolve/secrets.env`, KEY=VALUE lines), loaded into the environment variables litellm
 reads, never overriding what the environment already has, and never logged. Error messages that
@@ -44,8 +59,15 @@ from typing import Any
 
 import structlog
 
-from agents.executor import Completion, ContextWindowExceeded, ModelUnavailable, RetryPolicy
-from harness_store.values import ModelRef
+from agents.executor import (
+    Completion,
+    ContextWindowExceeded,
+    DecodingUnsupported,
+    ModelUnavailable,
+    RetryPolicy,
+)
+from harness_store.values import TOOL_CALL_MODES, DecodingPolicy, ModelRef
+from services import constrained as cs
 from services.faults import ATTEMPT_HEADER
 
 SYNTHETIC_PROVIDER = "coevolve_synthetic"
@@ -55,6 +77,10 @@ _litellm = None
 
 
 SECRETS_FILE_ENV = "COEVOLVE_SECRETS_FILE"
+CONSTRAINED_ENV = "COEVOLVE_CONSTRAINED_MODELS"
+# Providers whose servers take a `response_format` json_schema: our synthetic models, the Ray Serve vLLM
+# app, and vLLM servers reached through litellm's hosted_vllm provider.
+CONSTRAINED_PROVIDERS = frozenset({"synthetic", "vllm", "hosted_vllm"})
 RETRY_ENV = "COEVOLVE_RETRY"
 _SECRET_NAME = re.compile(r"(?i)(api_?key|secret|token|password|credential|access_key)")
 _NOT_SECRET = {"COEVOLVE_SECRETS_FILE", "RAY_AUTH_TOKEN_PATH"}
@@ -152,6 +178,74 @@ def retry_policy_from_env(default: RetryPolicy | None = None) -> RetryPolicy:
     if policy.attempts < 1 or policy.backoff_s < 0 or policy.call_timeout_s <= 0:
         raise ValueError(f"{RETRY_ENV}: attempts must be >= 1, backoff >= 0, call_timeout_s > 0")
     return policy
+
+
+_response_schema_support: dict[str, bool] = {}
+
+
+def constrained_unsupported(model: str) -> str | None:
+    """Why `model` cannot be asked for constrained tool calls, or None when it can (module docstring)."""
+    ref = ModelRef.parse(model)
+    route = f"{ref.provider}/{ref.model}"
+    if ref.provider in CONSTRAINED_PROVIDERS:
+        return None
+    declared = {x.strip() for x in os.environ.get(CONSTRAINED_ENV, "").split(",") if x.strip()}
+    if route in declared or f"{ref.provider}/*" in declared:
+        return None
+    if route not in _response_schema_support:
+        litellm = _lib()
+        try:
+            _response_schema_support[route] = bool(litellm.supports_response_schema(model=route))
+        except Exception:  # noqa: BLE001 - a model litellm does not know: it cannot vouch for it
+            _response_schema_support[route] = False
+    if _response_schema_support[route]:
+        return None
+    return (
+        f"model {model} cannot honour decoding {cs.MODE}: it needs structured output (response_format "
+        f"json_schema), which litellm does not list for {route}; use tool_calls=free, a vllm/ or "
+        f"hosted_vllm/ model, or name the route in ${CONSTRAINED_ENV} if its server supports it"
+    )
+
+
+def decoding_params(model: str, tools: list[dict[str, Any]], decoding: DecodingPolicy | None) -> dict[str, Any]:
+    """The request parameters of a decoding policy (none for the default); `DecodingUnsupported` when
+    the model cannot honour it."""
+    if decoding is None:
+        return {}
+    if decoding.tool_calls not in TOOL_CALL_MODES:
+        raise DecodingUnsupported(f"decoding tool_calls {decoding.tool_calls!r} is not one of {TOOL_CALL_MODES}")
+    params: dict[str, Any] = {}
+    if decoding.temperature is not None:
+        params["temperature"] = decoding.temperature
+    if decoding.max_tokens is not None:
+        params["max_tokens"] = decoding.max_tokens
+    if decoding.tool_calls == "constrained":
+        reason = constrained_unsupported(model)
+        if reason:
+            raise DecodingUnsupported(reason)
+        try:
+            params["response_format"] = cs.response_format(tools)
+        except ValueError as e:
+            raise DecodingUnsupported(f"model {model}: {e}") from None
+    return params
+
+
+def constrained_completion(completion: Completion, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> Completion:
+    """A constrained reply as the tool-call message it stands for; unreadable: its text, no call, and
+    `constrained_error` in meta (module docstring)."""
+    text = completion.message.get("content") or ""
+    try:
+        message = cs.tool_call_message(text, tools, messages)
+    except cs.ConstrainedAnswerError as e:
+        finish = completion.meta.get("finish_reason")
+        detail = f"{e}" + (f" (finish_reason {finish})" if finish and finish != "stop" else "")
+        log.debug("constrained answer unreadable", error=detail)
+        return replace(
+            completion,
+            message={"role": "assistant", "content": text},
+            meta={**completion.meta, "constrained_error": detail},
+        )
+    return replace(completion, message=message)
 
 
 class MalformedResponse(RuntimeError):
@@ -269,10 +363,12 @@ class Gateway:
         return delay, err
 
     async def acomplete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0, **kw: Any
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0,
+        decoding: DecodingPolicy | None = None, **kw: Any,
     ) -> Completion:
         litellm = _lib()
         route = self.route(model)
+        kw = {**decoding_params(model, tools, decoding), **kw}
         attempt = 0
         while True:
             started = time.perf_counter()
@@ -281,7 +377,7 @@ class Gateway:
                     messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s,
                     **self._kwargs(route, attempt, kw),
                 )
-                return self._normalise(model, resp, time.perf_counter() - started)
+                return self._finish(model, resp, time.perf_counter() - started, tools, messages, decoding)
             except Exception as e:  # noqa: BLE001 - classified: infra is retried, the rest raised at once
                 delay, err = self._failed(model, attempt, e)
                 if delay is None:
@@ -290,10 +386,12 @@ class Gateway:
             attempt += 1
 
     def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0, **kw: Any
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0,
+        decoding: DecodingPolicy | None = None, **kw: Any,
     ) -> Completion:
         litellm = _lib()
         route = self.route(model)
+        kw = {**decoding_params(model, tools, decoding), **kw}
         attempt = 0
         while True:
             started = time.perf_counter()
@@ -302,13 +400,28 @@ class Gateway:
                     messages=messages, tools=tools or None, seed=seed, timeout=self.timeout_s,
                     **self._kwargs(route, attempt, kw),
                 )
-                return self._normalise(model, resp, time.perf_counter() - started)
+                return self._finish(model, resp, time.perf_counter() - started, tools, messages, decoding)
             except Exception as e:  # noqa: BLE001 - classified: infra is retried, the rest raised at once
                 delay, err = self._failed(model, attempt, e)
                 if delay is None:
                     raise err from None
             time.sleep(delay)
             attempt += 1
+
+    def _finish(
+        self, model: str, resp: Any, latency: float, tools: list[dict[str, Any]], messages: list[dict[str, Any]],
+        decoding: DecodingPolicy | None,
+    ) -> Completion:
+        completion = self._normalise(model, resp, latency)
+        if decoding is None or decoding.tool_calls != "constrained":
+            return completion
+        try:
+            finish = resp.choices[0].finish_reason
+        except (AttributeError, IndexError):
+            finish = None
+        if finish:
+            completion = replace(completion, meta={**completion.meta, "finish_reason": finish})
+        return constrained_completion(completion, tools, messages)
 
     def _normalise(self, model: str, resp: Any, latency: float) -> Completion:
         try:
