@@ -13,7 +13,9 @@ actor pools (`services/roles.py`).
   split, loss on every assistant turn, mixed with the student's own passing rollouts.
 
 Both arms write rows in the student's chat and tool-call format (DESIGN §3 `TrainingRow`), so they go
-through the same training and evaluation path. Every row carries its provenance.
+through the same training and evaluation path. Every row carries its provenance; where the judge's or
+the expert's prompt was cut to fit its model's context window (`agents.fit`), the provenance's
+`context_cuts` says what was cut, and the build's usage counts the `fitted` and `failed_calls`.
 """
 
 from __future__ import annotations
@@ -111,8 +113,10 @@ def full_row(traj: Trajectory, harness: Harness, kind: str) -> TrainingRow:
 
 
 def correction_row(traj: Trajectory, harness: Harness, locus: FailureLocus, best: dict[str, Any],
-                   candidates: list[dict[str, Any]], replay: Trajectory | None) -> TrainingRow:
-    """The weak model's own prefix (no loss, text unchanged) + the corrected turn (loss). Nothing after."""
+                   candidates: list[dict[str, Any]], replay: Trajectory | None,
+                   cuts: dict[str, list[str]] | None = None) -> TrainingRow:
+    """The weak model's own prefix (no loss, text unchanged) + the corrected turn (loss). Nothing after.
+    `cuts`: what the roles' prompts lost to their context windows, per role (kept in the provenance)."""
     prefix = [{**m, "train": False} if m.get("role") == "assistant" else dict(m)
               for m in prefix_messages(traj, locus.turn_index)]
     fixed = {**corrected_message(best, locus.turn_index), "train": True}
@@ -130,6 +134,7 @@ def correction_row(traj: Trajectory, harness: Harness, locus: FailureLocus, best
             "candidates": candidates,
             "replay_passed": None if replay is None else replay.passed,
             "verified": bool(replay is not None and replay.passed),
+            **({"context_cuts": cuts} if cuts else {}),
         },
     )
 
@@ -215,25 +220,33 @@ class DatasetBuilder:
 
     def _correct(self, traj: Trajectory) -> TrainingRow | None:
         s = self.services
+        cuts: dict[str, list[str]] = {}
+
+        def use(role: str, used: dict[str, Any]) -> None:
+            self._use(role, used)
+            if used.get("cuts"):
+                cuts.setdefault(role, []).extend(used["cuts"])
+
         locus, used = s.locate(traj)
-        self._use("judge", used)
+        use("judge", used)
         candidates, used = s.rewrite(traj, locus, self.cfg.k)
-        self._use("expert", used)
+        use("expert", used)
         scored = []
         for c in candidates:
             if "error" in c:
                 scored.append({**c, "score": 0.0, "valid": False})
                 continue
             verdict, used = s.score(traj, locus, c)
-            self._use("judge", used)
+            use("judge", used)
             scored.append({**c, **verdict})
         valid = [c for c in scored if c.get("valid")]
         if not valid:
-            self.journal("correction", {"trajectory": traj.id, "row": None, "why": "no valid candidate"})
+            self.journal("correction", {"trajectory": traj.id, "row": None, "why": "no valid candidate",
+                                        **({"context_cuts": cuts} if cuts else {})})
             return None
         best = max(valid, key=lambda c: c["score"])  # the first of equals
         replay = s.replay(traj, self.harness, locus.turn_index, corrected_message(best, locus.turn_index)) if s.replay else None
-        row = correction_row(traj, self.harness, locus, best, scored, replay)
+        row = correction_row(traj, self.harness, locus, best, scored, replay, cuts)
         self.journal("correction", {"trajectory": traj.id, "row": row.to_json()})
         return row
 
@@ -260,9 +273,11 @@ class DatasetBuilder:
             kinds[r.provenance["kind"]] += 1
         corrected = [r for r in rows if r.provenance["kind"] == "corrected"]
         verified = sum(bool(r.provenance.get("verified")) for r in corrected)
+        cut_rows = sum(1 for r in corrected if r.provenance.get("context_cuts"))
         return {
             "rows": len(rows),
             "by_kind": dict(kinds),
+            **({"rows_with_context_cuts": cut_rows} if cut_rows else {}),
             "verified_share": round(verified / len(corrected), 4) if corrected else None,
             "student_rollouts": len(student),
             "student_pass_rate": round(sum(t.passed for t in student) / len(student), 4) if student else None,

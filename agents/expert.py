@@ -6,6 +6,14 @@ The expert sees the task, the tools, the conversation exactly as the weak model 
 failing turn, that turn and the judge's reason; never the checker or the turns after it. It may
 consult the family's handbook through the handbook tools. An unparseable answer is retried, then the
 candidate is recorded as unknown (it scores 0 and is never kept).
+
+The payload is fitted to the expert model's context window (`agents.fit`: the task, the agent's
+system and task messages, the last turns before the failing one, the failing turn and the judge's
+reason are kept; older tool results are elided, then older turns cut, each cut marked in the prompt
+and recorded in the call's `RoleUsage.cuts`); a quarter of the budget stays free for handbook
+look-ups, whose results are clipped to the room left. A call that fails (the window exceeded, the
+model unavailable after the gateway's retries) or a prompt that cannot be made to fit gives unknown
+candidates, which are skipped — never an exception out of the rewriter.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.executor import Completion, assistant_positions
+from agents.executor import Completion, ContextWindowExceeded, ModelUnavailable, assistant_positions
+from agents.fit import CUT_NOTE, TOOL_SHARE, Budget, budget_for, expert_stages, fit, fit_tool_result
 from agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
 from agents.judge import RoleUsage
 from agents.transcript import answer_json, payload_message, tool_schemas, turn_records
@@ -57,6 +66,12 @@ class ExpertRewriter:
     retries: int = 1
     max_tool_rounds: int = 3
     usage: RoleUsage = field(default_factory=RoleUsage)
+    budget: Budget | None = None  # the model's context window; None: looked up on first use
+
+    def _budget(self) -> Budget:
+        if self.budget is None:
+            self.budget = budget_for(self.model, "expert")
+        return self.budget
 
     def rewrite(
         self, traj: Trajectory, locus: FailureLocus, k: int = 3, seed: int = 0, usage: RoleUsage | None = None
@@ -75,10 +90,42 @@ class ExpertRewriter:
             "judge_reason": locus.reason,
         }
         payload["k"] = k
-        messages = [{"role": "system", "content": PROMPT.read_text()}, payload_message(payload, f"Rewrite the failing turn: {k} candidates.")]
+        system, ask = PROMPT.read_text(), f"Rewrite the failing turn: {k} candidates."
+
+        def make(p: dict[str, Any], cut: bool) -> list[dict[str, Any]]:
+            return [{"role": "system", "content": system}, payload_message(p, f"{CUT_NOTE}\n{ask}" if cut else ask)]
+
+        budget = self._budget()
+        tools = HANDBOOK_TOOLS if self.handbook is not None and self.max_tool_rounds else []
+        limit = budget.limit - (int(budget.limit * TOOL_SHARE) if tools else 0)
+        fitted = fit(payload, make, expert_stages(), budget, tools, limit=limit)
+        usage.record_cuts("expert", fitted.record())
+        if not fitted.fits:
+            usage.failed_calls += 1
+            why = f"the prompt does not fit the expert model's window even after cuts ({fitted.tokens} tokens, {fitted.limit} allowed)"
+            return [{"error": f"unknown: {why}"}] * k
+        messages = fitted.messages
         text = ""
-        for attempt in range(self.retries + 1):  # one request for all k candidates: the prompt is paid once
-            text = self._answer(list(messages), seed + 100 * attempt, usage)
+        refitted, attempt = False, 0
+        while attempt <= self.retries:  # one request for all k candidates: the prompt is paid once
+            try:
+                text = self._answer(list(messages), seed + 100 * attempt, usage)
+            except ContextWindowExceeded as e:
+                usage.failed_calls += 1
+                failed = [{"error": f"unknown: the expert call failed: {str(e)[:300]}"}] * k
+                if refitted:
+                    return failed
+                # counted too low: fit once more, to 3/4 of what was allowed, and ask again
+                refitted = True
+                fitted = fit(payload, make, expert_stages(), budget, tools, limit=int(fitted.limit * 0.75))
+                usage.record_cuts("expert", ["window exceeded: refitted to 3/4", *fitted.record()])
+                if not fitted.fits:
+                    return failed
+                messages = fitted.messages
+                continue
+            except ModelUnavailable as e:  # the gateway retried infra faults already
+                usage.failed_calls += 1
+                return [{"error": f"unknown: the expert call failed: {str(e)[:300]}"}] * k
             obj = answer_json(text)
             raw = obj.get("candidates") if isinstance(obj, dict) else None
             if isinstance(raw, list):
@@ -88,12 +135,16 @@ class ExpertRewriter:
                     usage.unparseable += sum(c is None for c in parsed)
                     return out + [{"error": "unknown: the expert gave fewer candidates"}] * (k - len(out))
             usage.unparseable += 1
+            attempt += 1
         return [{"error": "unknown: the expert's answer could not be parsed", "raw": text[:500]}] * k
 
     def _answer(self, messages: list[dict[str, Any]], seed: int, usage: RoleUsage) -> str:
-        """One answer, after any handbook look-ups the model makes."""
+        """One answer, after any handbook look-ups the model makes (each result clipped to the room the
+        window leaves; with none left, the model is told so and must answer)."""
+        budget = self._budget()
+        full = False
         for round_ in range(self.max_tool_rounds + 1):
-            tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds else []
+            tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds and not full else []
             comp = self.complete(self.model, messages, tools, seed)
             usage.add(comp)
             calls = comp.message.get("tool_calls") or []
@@ -102,8 +153,12 @@ class ExpertRewriter:
             messages.append({"role": "assistant", "content": comp.message.get("content") or "", "tool_calls": calls})
             for c in calls:
                 fn = c.get("function") or {}
-                messages.append({"role": "tool", "tool_call_id": c.get("id", ""),
-                                 "content": run_handbook_tool(self.handbook, fn.get("name", ""), fn.get("arguments") or "{}")})
+                result = run_handbook_tool(self.handbook, fn.get("name", ""), fn.get("arguments") or "{}")
+                content, cut = fit_tool_result(budget, messages, tools, result)
+                if cut:
+                    usage.record_cuts("expert", [cut])
+                    full = full or content.startswith("[cut:")
+                messages.append({"role": "tool", "tool_call_id": c.get("id", ""), "content": content})
         return ""
 
 

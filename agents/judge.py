@@ -6,6 +6,14 @@ Each answer is parsed and validated from the model's JSON; an unparseable or inv
 retried (with a different seed), then recorded as unknown: `locate` falls back to the rule-based first
 guess and says so in the reason, `score` gives 0. The judge sees only `Trajectory.public_view()` and
 the grader's report — never the testbed's answer key.
+
+Every prompt is fitted to the judge model's context window (`agents.fit`: the task, the grader's
+report and the focus turn with its neighbourhood are kept, older turns are clipped, then cut, each cut
+marked in the prompt and recorded in the call's `RoleUsage.cuts`). A call that still fails — the
+window exceeded once more after a refit at 3/4 of the budget, or the model unavailable after the
+gateway's retries — or a prompt that cannot be made to fit is recorded like an unparseable answer:
+an unknown locus (the rule-based guess), a skipped candidate (score 0, not valid), category `other`.
+Never an exception out of the judge.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from typing import Any
 
 from jsonschema import Draft7Validator
 
-from agents.executor import Completion
+from agents.executor import Completion, ContextWindowExceeded, ModelUnavailable
+from agents.fit import CUT_NOTE, Budget, Stage, budget_for, fit, judge_stages
 from agents.transcript import (
     answer_json,
     first_error_turn,
@@ -42,6 +51,9 @@ class RoleUsage:
     completion_tokens: int = 0
     usd: float = 0.0
     unparseable: int = 0
+    fitted: int = 0  # calls whose prompt was cut to fit the model's context window
+    failed_calls: int = 0  # calls that raised (window exceeded, model unavailable) or were not made
+    cuts: list[str] = field(default_factory=list)  # what was cut, one line per cut
 
     def add(self, comp: Completion) -> None:
         self.calls += 1
@@ -53,9 +65,23 @@ class RoleUsage:
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def record_cuts(self, role: str, lines: list[str]) -> None:
+        if lines:
+            self.fitted += 1
+            self.cuts += [f"{role}: {line}" for line in lines]
+
     def as_json(self) -> dict[str, Any]:
-        return {"calls": self.calls, "tokens": self.tokens, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "usd": round(self.usd, 6), "unparseable": self.unparseable}
+        """The counts; `fitted`, `failed_calls` and `cuts` only when there are any."""
+        out: dict[str, Any] = {"calls": self.calls, "tokens": self.tokens, "prompt_tokens": self.prompt_tokens,
+                               "completion_tokens": self.completion_tokens, "usd": round(self.usd, 6),
+                               "unparseable": self.unparseable}
+        if self.fitted:
+            out["fitted"] = self.fitted
+        if self.failed_calls:
+            out["failed_calls"] = self.failed_calls
+        if self.cuts:
+            out["cuts"] = list(self.cuts)
+        return out
 
 
 def rule_based_guess(traj: Trajectory) -> tuple[int, str]:
@@ -76,22 +102,57 @@ class Judge:
     complete: Complete
     retries: int = 2
     usage: RoleUsage = field(default_factory=RoleUsage)
+    budget: Budget | None = None  # the model's context window; None: looked up on first use
+
+    def _budget(self) -> Budget:
+        if self.budget is None:
+            self.budget = budget_for(self.model, "judge")
+        return self.budget
 
     def _ask(
         self, prompt: str, payload: dict[str, Any], ask: str, seed: int, parse: Callable[[dict[str, Any]], Any],
-        usage: RoleUsage | None,
-    ) -> Any:
+        usage: RoleUsage | None, stages: list[Stage],
+    ) -> tuple[Any, str]:
+        """(the parsed answer, "") or (None, why there is none)."""
         usage = usage if usage is not None else self.usage
-        messages = [{"role": "system", "content": (PROMPTS / prompt).read_text()}, payload_message(payload, ask)]
-        for attempt in range(self.retries + 1):
-            comp = self.complete(self.model, messages, [], seed + attempt)
+        system = (PROMPTS / prompt).read_text()
+
+        def make(p: dict[str, Any], cut: bool) -> list[dict[str, Any]]:
+            return [{"role": "system", "content": system}, payload_message(p, f"{CUT_NOTE}\n{ask}" if cut else ask)]
+
+        budget = self._budget()
+        fitted = fit(payload, make, stages, budget)
+        usage.record_cuts(prompt.removesuffix(".md"), fitted.record())
+        if not fitted.fits:
+            usage.failed_calls += 1
+            return None, (f"the prompt does not fit the judge model's window even after cuts "
+                          f"({fitted.tokens} tokens, {fitted.limit} allowed)")
+        why, refitted, attempt = "the judge's answer could not be parsed", False, 0
+        while attempt <= self.retries:
+            try:
+                comp = self.complete(self.model, fitted.messages, [], seed + attempt)
+            except ContextWindowExceeded as e:
+                usage.failed_calls += 1
+                if refitted:
+                    return None, f"the judge call failed: {str(e)[:300]}"
+                # counted too low: fit once more, to 3/4 of what was allowed, and ask again
+                refitted = True
+                fitted = fit(payload, make, stages, budget, limit=int(fitted.limit * 0.75))
+                usage.record_cuts(prompt.removesuffix(".md"), ["window exceeded: refitted to 3/4", *fitted.record()])
+                if not fitted.fits:
+                    return None, f"the judge call failed: {str(e)[:300]}"
+                continue
+            except ModelUnavailable as e:  # the gateway retried infra faults already
+                usage.failed_calls += 1
+                return None, f"the judge call failed: {str(e)[:300]}"
             usage.add(comp)
             obj = answer_json(comp.message.get("content") or "")
             parsed = parse(obj) if obj is not None else None
             if parsed is not None:
-                return parsed
+                return parsed, ""
             usage.unparseable += 1
-        return None
+            attempt += 1
+        return None, why
 
     # ------------------------------------------------------------------ failure locus
     def locate(self, traj: Trajectory, seed: int = 0, usage: RoleUsage | None = None) -> FailureLocus:
@@ -113,9 +174,12 @@ class Judge:
                 return None
             return turn, reason.strip() or "(no reason given)"
 
-        found = self._ask("judge_locate.md", payload, "Locate the failure.", seed, parse, usage) if n else None
+        found, failed = (
+            self._ask("judge_locate.md", payload, "Locate the failure.", seed, parse, usage, judge_stages(guess))
+            if n else (None, "the judge's answer could not be parsed")
+        )
         if found is None:
-            return FailureLocus(traj.id, guess, f"{UNKNOWN}: the judge's answer could not be parsed; rule-based guess: {why}")
+            return FailureLocus(traj.id, guess, f"{UNKNOWN}: {failed}; rule-based guess: {why}")
         return FailureLocus(traj.id, found[0], found[1])
 
     # ------------------------------------------------------------------ candidate quality
@@ -148,10 +212,11 @@ class Judge:
                 "why": str(obj.get("why", "")),
             }
 
-        scored = self._ask("judge_score.md", payload, "Score the candidate.", seed, parse, usage)
+        stages = judge_stages(locus.turn_index)
+        scored, failed = self._ask("judge_score.md", payload, "Score the candidate.", seed, parse, usage, stages)
         if scored is None:
-            return {"score": 0.0, "valid": True, "consistent": False, "addresses": False,
-                    "why": f"{UNKNOWN}: the judge's answer could not be parsed"}
+            unparsed = failed.startswith("the judge's answer")  # a call that failed skips the candidate
+            return {"score": 0.0, "valid": unparsed, "consistent": False, "addresses": False, "why": f"{UNKNOWN}: {failed}"}
         return scored
 
     # ------------------------------------------------------------------ failure taxonomy
@@ -178,8 +243,9 @@ class Judge:
                 return None
             return FailureLabel(cat, why.strip() or "(no rationale given)")
 
-        label = self._ask("judge_classify.md", payload, "Classify the failure.", seed, parse, usage)
-        return label or FailureLabel("other", f"{UNKNOWN}: the judge's answer could not be parsed")
+        stages = judge_stages(locus.turn_index)
+        label, failed = self._ask("judge_classify.md", payload, "Classify the failure.", seed, parse, usage, stages)
+        return label or FailureLabel("other", f"{UNKNOWN}: {failed}")
 
 
 def classification_evidence(traj: Trajectory, locus: FailureLocus) -> dict[str, Any]:

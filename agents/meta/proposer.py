@@ -1,10 +1,19 @@
 """The proposer: an expert model (any litellm model, or `synthetic/meta`) reads the evidence, may
 consult the family's handbook through tools, and returns structured `HarnessEdit`s as JSON. Each
 proposed edit is parsed and applied on its own; one that does not parse or does not apply is rejected
-with the reason and costs nothing else."""
+with the reason and costs nothing else.
+
+The evidence is fitted to the proposer model's context window (`agents.fit`: the current harness and
+the first failures are kept; the oldest history entries, then the oldest transcript messages, then
+the last failures are cut, each cut marked in the prompt); what was cut goes with every `Proposal`
+(`cuts`), hence into the journal's proposal events. A quarter of the budget stays free for handbook
+look-ups, whose results are clipped to the room left. A call that fails — the window exceeded once
+more after a refit at 3/4, the model unavailable after the gateway's retries — or evidence that
+cannot be made to fit is one failed proposal with the reason, never an exception out of `propose`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -12,7 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.executor import Completion
+import structlog
+
+from agents.executor import Completion, ContextWindowExceeded, ModelUnavailable
+from agents.fit import CUT_NOTE, TOOL_SHARE, Budget, budget_for, evidence_stages, fit, fit_tool_result
 from agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
 from harness_store.edits import EditError, apply_edit, edit_from_json
 from harness_store.values import Harness, HarnessEdit
@@ -25,6 +37,7 @@ HANDBOOK_NOTE = (
 )
 EVIDENCE_FENCE = "```json"
 Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
+log = structlog.get_logger(role="proposer")
 
 
 @dataclass(frozen=True)
@@ -33,14 +46,16 @@ class Proposal:
     candidate: Harness | None
     error: str | None
     raw: dict[str, Any] | str
+    cuts: tuple[str, ...] = ()  # what was cut from the evidence to fit the model's window
 
 
-def proposer_messages(evidence: dict[str, Any], k: int, handbook: bool = False) -> list[dict[str, Any]]:
+def proposer_messages(evidence: dict[str, Any], k: int, handbook: bool = False, cut: bool = False) -> list[dict[str, Any]]:
     body = json.dumps(evidence, indent=1, sort_keys=True, default=str)
     system = PROMPT.format(k=k) + ("\n\n" + HANDBOOK_NOTE if handbook else "")
+    ask = f"{CUT_NOTE}\nPropose up to {k} edits." if cut else f"Propose up to {k} edits."
     return [
         {"role": "system", "content": system},
-        {"role": "user", "content": f"Evidence:\n{EVIDENCE_FENCE}\n{body}\n```\nPropose up to {k} edits."},
+        {"role": "user", "content": f"Evidence:\n{EVIDENCE_FENCE}\n{body}\n```\n{ask}"},
     ]
 
 
@@ -79,18 +94,63 @@ class LLMProposer:
     """`handbook`: the family's documentation, offered as tools (None: the proposer works from the
     evidence alone). At most `max_tool_rounds` rounds of tool calls, then the model must answer."""
 
-    def __init__(self, model: str, complete: Complete, handbook: Handbook | None = None, max_tool_rounds: int = 4):
+    def __init__(self, model: str, complete: Complete, handbook: Handbook | None = None, max_tool_rounds: int = 4,
+                 budget: Budget | None = None):
+        """`budget`: the model's context window (None: looked up on the first proposal)."""
         self.model = model
         self.complete = complete
         self.handbook = handbook
         self.max_tool_rounds = max_tool_rounds
+        self.budget = budget
+
+    def _budget(self) -> Budget:
+        if self.budget is None:
+            self.budget = budget_for(self.model, "proposer")
+        return self.budget
 
     def propose(self, evidence: dict[str, Any], harness: Harness, k: int, seed: int) -> tuple[list[Proposal], Completion]:
-        messages = proposer_messages(evidence, k, handbook=self.handbook is not None)
+        handbook = self.handbook is not None and self.max_tool_rounds > 0
+        budget = self._budget()
+        tools0 = HANDBOOK_TOOLS if handbook else []
+        limit = budget.limit - (int(budget.limit * TOOL_SHARE) if handbook else 0)
+
+        def make(p: dict[str, Any], cut: bool) -> list[dict[str, Any]]:
+            return proposer_messages(p, k, handbook=self.handbook is not None, cut=cut)
+
+        fitted = fit(evidence, make, evidence_stages(), budget, tools0, limit=limit)
+        cuts = list(fitted.record())
         used = Completion({}, 0, 0, 0.0)
-        for round_ in range(self.max_tool_rounds + 1):
-            tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds else []
-            comp = self.complete(self.model, messages, tools, seed)
+
+        def failed(why: str) -> tuple[list[Proposal], Completion]:
+            log.warning("proposal failed", model=self.model, why=why[:300], cuts=cuts)
+            return [Proposal(None, None, f"proposer call failed: {why}", "", tuple(cuts))], used
+
+        if not fitted.fits:
+            return failed(f"the evidence does not fit the model's window even after cuts ({fitted.tokens} tokens, "
+                          f"{fitted.limit} allowed; {budget.describe()})")
+        if cuts:
+            log.warning("evidence cut to fit the proposer's context window", model=self.model, window=budget.window,
+                        source=budget.source, cuts=cuts)
+        refitted = False
+        messages = fitted.messages
+        full = False
+        round_ = 0
+        while round_ <= self.max_tool_rounds:
+            tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds and not full else []
+            try:
+                comp = self.complete(self.model, messages, tools, seed)
+            except ContextWindowExceeded as e:
+                if refitted or round_ > 0:
+                    return failed(str(e)[:300])
+                refitted = True  # counted too low: fit again to 3/4 of what was allowed
+                fitted = fit(evidence, make, evidence_stages(), budget, tools0, limit=int(fitted.limit * 0.75))
+                cuts += ["window exceeded: refitted to 3/4", *fitted.record()]
+                if not fitted.fits:
+                    return failed(str(e)[:300])
+                messages = fitted.messages
+                continue
+            except ModelUnavailable as e:  # the gateway retried infra faults already
+                return failed(str(e)[:300])
             used = Completion(
                 comp.message,
                 used.prompt_tokens + comp.prompt_tokens,
@@ -104,5 +164,11 @@ class LLMProposer:
             for c in calls:
                 fn = c.get("function") or {}
                 result = run_handbook_tool(self.handbook, fn.get("name", ""), fn.get("arguments") or "{}")
-                messages.append({"role": "tool", "tool_call_id": c.get("id", ""), "content": result})
-        return parse_response(used.message.get("content") or "", harness)[:k], used
+                content, cut = fit_tool_result(budget, messages, tools, result)
+                if cut:
+                    cuts.append(cut)
+                    full = full or content.startswith("[cut:")
+                messages.append({"role": "tool", "tool_call_id": c.get("id", ""), "content": content})
+            round_ += 1
+        proposals = parse_response(used.message.get("content") or "", harness)[:k]
+        return [dataclasses.replace(p, cuts=tuple(cuts)) for p in proposals] if cuts else proposals, used
