@@ -11,6 +11,14 @@
   remove the state file `<store>/serve.json` that tells clients where the server is.
 - `litellm_route(ref)` maps a `vllm/<model>[@adapter]` ModelRef to `litellm.acompletion` kwargs; the
   model gateway calls it. The endpoint comes from `$COEVOLVE_SERVE_URL` or the state file.
+- Constrained tool calls (a harness's `DecodingPolicy`, `services.constrained`) reach the app as
+  `response_format` json_schema requests, which vLLM serves with its structured-output backend. Each
+  model is configured for them (`compact_json`, on by default): vLLM's `guidance` backend with
+  `disable_any_whitespace`, because with the free whitespace JSON grammars allow, a small model (the
+  tiny random one at any temperature, measured) fills its whole reply cap with newlines inside the
+  object and never writes a call; and `guidance` rather than `xgrammar` because vLLM 0.32 refuses
+  schemas xgrammar cannot compile (a string with both a pattern and a length bound, a tool schema an
+  edit may well write) and whitespace control needs one named backend, not `auto`'s fallback.
 
 Ray Serve and vLLM are imported only inside the functions that build or run the app.
 """
@@ -90,6 +98,11 @@ class ModelProfile(BaseModel):
     max_adapters_per_replica: int = Field(16, ge=1, description="adapters kept loaded per replica (LRU)")
     tool_parser: str | None = Field("hermes", description="vLLM tool-call parser; None: no tool calling")
     engine: dict[str, Any] = Field(default_factory=dict, description="more vLLM engine arguments")
+    compact_json: bool = Field(
+        True,
+        description="structured output (constrained tool calls) as compact JSON, by vLLM's guidance backend"
+        " (`COMPACT_JSON_OUTPUTS`); ignored when `engine` sets structured_outputs_config",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="environment of the replica and engine")
     replica_cpus: float | None = Field(
         None,
@@ -173,12 +186,18 @@ def load_serve_config(path: str | Path, overrides: list[str] | tuple[str, ...] =
 
 
 # ------------------------------------------------------------------------------------ the app
+# vLLM's structured-output settings for constrained tool calls (module docstring)
+COMPACT_JSON_OUTPUTS = {"backend": "guidance", "disable_any_whitespace": True}
+
+
 def _engine_kwargs(m: ModelProfile) -> dict[str, Any]:
     kw: dict[str, Any] = {"tensor_parallel_size": m.tensor_parallel_size}
     if m.lora:
         kw.update(enable_lora=True, max_lora_rank=m.max_lora_rank, max_loras=m.max_loras)
     if m.tool_parser:
         kw.update(enable_auto_tool_choice=True, tool_call_parser=m.tool_parser)
+    if m.compact_json:
+        kw["structured_outputs_config"] = dict(COMPACT_JSON_OUTPUTS)
     kw.update(m.engine)
     return kw
 
