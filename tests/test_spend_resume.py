@@ -20,7 +20,7 @@ from tasks import get_family
 from tests.rollouts import _GATEWAY, proposer_complete
 
 SETTINGS = {"families": ["iot"], "weak": "synthetic/weak", "expert": "synthetic/expert", "judge": "synthetic/judge",
-            "proposer": "synthetic/meta", "cycles": 1, "plateau": 1, "evolve_iterations": 3, "evolve_rollouts": 400,
+            "proposer": "synthetic/meta", "cycles": 1, "plateau": 1, "evolve_iterations": 2, "evolve_rollouts": 400,
             "val_n": 12, "val_seeds": 2, "train_batch": 12, "rows": 20, "samples": 1, "k": 2, "repeats": 1, "seed": 3}
 
 
@@ -123,7 +123,7 @@ def test_a_coevolution_killed_mid_evolve_resumes_to_the_same_spend_and_result(st
 def test_a_resumed_evolution_reuses_the_rollouts_it_stored_after_its_last_checkpoint(tmp_path):
     fam = get_family("iot")
     config = EvolveConfig(family="iot", model="synthetic/weak", train_batch=12, val_n=12, candidates=3, plateau=3,
-                          seed=5, budget=Budget(iterations=3, rollouts=600))
+                          seed=5, budget=Budget(iterations=2, rollouts=600))
 
     def loop(root: Path, evaluator, run_id: str | None = None):
         store = HarnessStore(root)
