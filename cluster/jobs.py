@@ -403,19 +403,22 @@ def _eval_config(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k != "workers"}
 
 
-def _eval_run(store: Any, config: dict[str, Any]) -> tuple[str, Any]:
-    """The run an eval records into: the newest unfinished eval of the same request whose process is
-    gone (failed, interrupted, or left `running` by a killed process), claimed and continued so that its
-    stored rollouts are reused; else a new run. (run id, lease or None)."""
+def _eval_run(store: Any, config: dict[str, Any], keys: list[str]) -> tuple[str, Any, dict[str, Any]]:
+    """The run an eval records into: the newest unfinished eval of the same request (failed,
+    interrupted, or left `running` by a killed process) that stored some of its rollouts, claimed and
+    continued so that they are reused; else a new run. (run id, lease or None, stored rollouts by key)."""
     from harness_store.store import StoreError
 
     same = [r for r in store.list_runs("eval") if r.status != "done" and _eval_config(r.config) == _eval_config(config)]
-    if same:
+    for run in reversed(same):
+        have = store.stored_rollouts([run.run_id], keys)
+        if not have:
+            continue
         try:
-            return same[-1].run_id, store.claim_run(same[-1].run_id, heartbeat_s=None)
+            return run.run_id, store.claim_run(run.run_id, heartbeat_s=None), have
         except StoreError:  # another live process is at work on it: this eval is a run of its own
-            pass
-    return store.create_run("eval", config), None
+            break
+    return store.create_run("eval", config), None, {}
 
 
 def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model: str, progress: bool) -> EvalResult:
@@ -432,11 +435,10 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
     }
     jobs = [RolloutJob(i, h, model, req.seed + r) for r in range(req.repeats) for i in plan.instances[fam]]
     keys = [rollout_key(j.instance, j.harness.id, j.model, j.seed) for j in jobs]
-    run_id, lease = _eval_run(store, config)
+    run_id, lease, have = _eval_run(store, config, keys)
     log = structlog.get_logger(role="eval", run_id=run_id, harness_id=h.id[:12])
     started = time.perf_counter()
     try:
-        have = store.stored_rollouts([run_id], keys)
         todo = {k: j for k, j in zip(keys, jobs) if k not in have}
         log.info("eval started", family=fam, model=model, n=req.n, rollouts=len(jobs), reused=len(jobs) - len(todo))
         sink = _Streamed(store, run_id, EVAL_STORE_BATCH)
@@ -548,6 +550,10 @@ def run_evolve(
             "spend": result.spend,
             "edits": result.accepted,
         }
+        from agents.fit import evolve_cut_note
+
+        if note := evolve_cut_note([e.payload for e in store.events(run_id, "proposal")]):
+            out["context_note"] = note  # what the proposer's evidence lost to its context window
         out["usage"] = usage_report(store, pool, result.harness_id, config.family, [config.model], "val", config.val_n, config.seed)
         out["test"] = held_out_comparison(
             store, pool, run_id, config.family, config.model, result.baseline_id, result.harness_id,

@@ -120,3 +120,16 @@ def test_the_command_says_in_one_error_line_how_many_rollouts_were_kept(tmp_path
     FillsUp.room = None
     r = CliRunner().invoke(app, [str(a) for a in [*args, "--json"]])
     assert r.exit_code == 0, r.output
+
+
+def test_an_eval_that_kept_nothing_is_not_continued(tmp_path):
+    root = tmp_path / "s"
+    FillsUp.room = 0
+    with pytest.raises(StoreError, match="keeps 0 of its 30 rollouts"):
+        eval_once(root, FillsUp(root), InProcessPool())
+    FillsUp.room = None
+    store = HarnessStore(root)
+    (failed,) = store.list_runs("eval")
+    done = eval_once(root, store, InProcessPool())
+    assert done.run_id != failed.run_id and store.get_run(failed.run_id).status == "failed"
+    assert len(store.get_trajectories(done.run_id)) == N * REPEATS
