@@ -403,3 +403,31 @@ def test_call_schema_is_a_union_with_one_object_per_tool():
         cs.call_schema([])
     with pytest.raises(cs.ConstrainedAnswerError, match="not one of"):
         cs.read_answer('{"name": "nosuch", "arguments": {}}', tools)
+
+
+# ------------------------------------------------------------------------------ the synthetic proposer
+def _proposed_ops(harness: Harness, tool_errors: list[str], seed: int) -> list[dict]:
+    from agents.meta.synthetic_meta import _answer
+
+    evidence = {
+        "harness": harness.describe(),
+        "harness_id": harness.id,
+        "failures": [{"instance": "iot/train/0", "tool_errors": tool_errors, "tool_error_count": len(tool_errors),
+                      "failed_requirements": [], "calls_per_turn_max": 1}],
+        "history": [],
+    }
+    messages = [{"role": "user", "content": "Propose up to 8 edits."}]
+    return [op for e in json.loads(_answer(evidence, [], messages, seed, True))["edits"] for op in e["ops"]]
+
+
+def test_the_synthetic_proposer_offers_constrained_decoding_for_calls_that_break_their_signature():
+    base = get_family("iot").baseline_harness()
+    bad = ["error: bad arguments for sql_query: missing 1 required positional argument: 'query'"]
+    decoding = [op for seed in range(8) for op in _proposed_ops(base, bad, seed) if op["op"] == "set_decoding"]
+    assert decoding and all(op == CONSTRAINED for op in decoding)
+    # not for other tool errors, and not once the harness is constrained
+    other = ["error: no such table: readingz"]
+    assert not any(op["op"] == "set_decoding" for seed in range(8) for op in _proposed_ops(base, other, seed))
+    assert not any(op["op"] == "set_decoding" for seed in range(8) for op in _proposed_ops(constrained(base), bad, seed))
+    # what it proposes applies
+    assert apply_edit(base, edit_from_json({"ops": decoding[:1]})).decoding.tool_calls == "constrained"

@@ -9,7 +9,9 @@ It works in the three rounds a tool-using model would:
 3. answer with edits: the read sections as recipes (all together, then one by one), a finish
    checklist made of the grader's failure reasons, and generic edits for observable symptoms — a
    validation hook when calls came back with errors, a context policy when observations were large, a
-   step-by-step section when the agent batched several calls into one turn.
+   step-by-step section when the agent batched several calls into one turn, and — last, once the
+   others are proposed or tried — constrained decoding (one schema-valid call a turn) when calls broke
+   their tool's signature (the environment answered "bad arguments").
 
 `synthetic/meta-generic` is the control that proposes the generic edits only (no text taken from
 the evidence or the handbook). A seeded share of proposals is useless or harmful (and a few do not
@@ -42,6 +44,8 @@ BROKEN_SHARE = 0.05
 MAX_QUERIES = 4
 MAX_READS = 4
 SEARCH_K = 5
+BAD_ARGUMENTS = "bad arguments"  # what an environment answers a call that breaks its tool's signature
+CONSTRAINED_MARK = "tool_calls=constrained"  # how the harness text shows constrained decoding
 LARGE_OBSERVATIONS = 5000  # tokens of tool output in one rollout that make a context policy worth trying
 CHECKLIST_ITEMS = 4
 
@@ -125,7 +129,15 @@ def _answer(evidence: dict[str, Any], reads: list[tuple[dict[str, Any], str]], m
         symptoms.append((batched, _edit([{"op": "set_section", "name": "pacing", "text": "Make one tool call per turn and check each result before the next step."}],
                                         "the agent batched several calls into one turn and stopped short", "pacing")))
     generic = [e for _, e in sorted(symptoms, key=lambda s: -s[0])]
-    ordered = knowledge[:1] + checklist + generic + knowledge[1:]
+    # Constrained decoding changes how every reply is produced, so it comes after every edit of the
+    # text: proposed once those are proposed or tried.
+    malformed = sum(1 for f in failures if any(BAD_ARGUMENTS in e for e in f.get("tool_errors", ())))
+    decoding = []
+    if malformed and CONSTRAINED_MARK not in harness:
+        decoding.append(_edit([{"op": "set_decoding", "tool_calls": "constrained"}],
+                              "tool calls broke their tools' signatures; constrain every reply to one schema-valid call",
+                              "tool errors"))
+    ordered = knowledge[:1] + checklist + generic + knowledge[1:] + decoding
     candidates = [c for c in ordered if json.dumps(c["ops"], sort_keys=True) not in tried]
 
     out: list[dict[str, Any]] = []
