@@ -45,8 +45,8 @@ that stage's whole share was not enough:
   (1) elide the tool results of older turns, oldest first (`[elided: N tokens, cut to fit ...]`, the
   executor's own marker, so a synthetic reader treats them as unseen); (2) drop those turns, oldest
   first, with one marker message after the task; (3) elide the neighbourhood's tool results; (4)
-  clip the failing turn; (5) clip the prefix's assistant texts; (6) clip the harness's system
-  message; (7) clip tool descriptions; (8) clip the task.
+  clip the failing turn; (5) clip the prefix's assistant texts, (6) its tool-call arguments; (7)
+  clip the harness's system message; (8) clip tool descriptions; (9) clip the task.
 - proposer (evidence): kept are the current harness, the family, the newest failures (the first of
   the evidence's list, which the loop orders) and the grader's reports. Stages: (1) drop the oldest
   edit-history entries; (2) drop the oldest messages of the failures' transcript tails; (3) drop
@@ -442,6 +442,19 @@ def expert_stages() -> list[Stage]:
                 for m in p["prefix_messages"]]
         return {**p, "prefix_messages": msgs}, f"the prefix's assistant texts clipped to {CLIP} chars"
 
+    def long_args(p: dict[str, Any]) -> int:
+        return sum(1 for m in p["prefix_messages"] for c in m.get("tool_calls") or ()
+                   if len((c.get("function") or {}).get("arguments") or "") > CLIP + 24)
+
+    def clip_args(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
+        def short(c: dict[str, Any]) -> dict[str, Any]:
+            fn = c.get("function") or {}
+            return {**c, "function": {**fn, "arguments": clip(fn.get("arguments") or "", CLIP)}}
+
+        msgs = [{**m, "tool_calls": [short(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
+                for m in p["prefix_messages"]]
+        return {**p, "prefix_messages": msgs}, f"the prefix's tool-call arguments clipped to {CLIP} chars"
+
     def system_size(p: dict[str, Any]) -> int:
         return int(any(m.get("role") == "system" and len(m.get("content") or "") > 10 * CLIP for m in p["prefix_messages"]))
 
@@ -462,6 +475,7 @@ def expert_stages() -> list[Stage]:
         Stage("elide-near", lambda p: len(tool_results(p, False)), elide(False)),
         Stage("clip-failing", lambda p: int("failing_turn" in p), clip_failing),
         Stage("clip-texts", lambda p: min(1, assistant_texts(p)), clip_texts),
+        Stage("clip-args", lambda p: min(1, long_args(p)), clip_args),
         Stage("clip-system", system_size, clip_system),
         Stage("tools", lambda p: int(bool(p.get("tools"))), _clip_tools),
         Stage("task", lambda p: 1, clip_task),
@@ -550,3 +564,44 @@ class CutLog:
 
     def add(self, *lines: str | None) -> None:
         self.lines += [x for x in lines if x]
+
+
+# ------------------------------------------------------------------------------------ notes for a run's end
+def evolve_cut_note(proposal_events: Sequence[dict[str, Any]]) -> str | None:
+    """One line for the end of an evolution: in how many iterations the proposer's evidence was cut,
+    and the last iteration's cuts (the journal's proposal events hold them all)."""
+    by_iteration: dict[Any, list[str]] = {}
+    failed = set()
+    for e in proposal_events:
+        if e.get("context_cuts"):
+            by_iteration[e.get("iteration")] = list(e["context_cuts"])
+        if str(e.get("error") or "").startswith("proposer call failed"):
+            failed.add(e.get("iteration"))
+    iterations = {e.get("iteration") for e in proposal_events}
+    if not by_iteration and not failed:
+        return None
+    parts = []
+    if by_iteration:
+        last = by_iteration[max(by_iteration, key=lambda i: (i is not None, i))]
+        parts.append(f"the proposer's evidence was cut to fit its context window in {len(by_iteration)} of "
+                     f"{len(iterations)} iterations (last: {'; '.join(last)})")
+    if failed:
+        parts.append(f"the proposer call failed in {len(failed)} iterations (recorded as failed proposals)")
+    return "; ".join(parts)
+
+
+def build_cut_note(manifest: dict[str, Any]) -> str | None:
+    """One line for the end of a dataset build: role prompts cut, role calls failed, rows that say so."""
+    usage = manifest.get("usage") or {}
+    fitted = {r: int(u.get("fitted", 0)) for r, u in usage.items() if u.get("fitted")}
+    failed = {r: int(u.get("failed_calls", 0)) for r, u in usage.items() if u.get("failed_calls")}
+    if not fitted and not failed:
+        return None
+    parts = []
+    if fitted:
+        parts.append("prompts cut to fit the model's context window: "
+                     + ", ".join(f"{r} {n} calls" for r, n in sorted(fitted.items()))
+                     + f"; {manifest.get('rows_with_context_cuts', 0)} rows record their cuts (provenance.context_cuts)")
+    if failed:
+        parts.append("role calls that failed (recorded as unknown): " + ", ".join(f"{r} {n}" for r, n in sorted(failed.items())))
+    return "; ".join(parts)

@@ -68,6 +68,10 @@ def _print_manifest(m: dict[str, Any]) -> None:
                   f"expert tokens {m.get('expert_tokens')} ({m.get('expert_tokens_per_row')} per row)")
     for role, u in sorted((m.get("usage") or {}).items()):
         console.print(f"  {role}: {int(u.get('calls', 0))} calls, {int(u.get('tokens', 0))} tokens, ${u.get('usd', 0):.4f}")
+    from agents.fit import build_cut_note
+
+    if note := build_cut_note(m):
+        console.print(f"[dim]note: {note}[/dim]")
     if m.get("notice"):
         console.print(f"[dim]note: {m['notice']}[/dim]")
 

@@ -175,6 +175,8 @@ def evolve_summary(out: dict[str, Any]) -> None:
             f"gain {test['gain'] * 100:+.1f} pts [{test['gain_ci95'][0] * 100:+.1f}, {test['gain_ci95'][1] * 100:+.1f}]"
         )
     console.print(f"evolved harness: {out['harness_id']}  (run {out['run_id']})")
+    if out.get("context_note"):
+        console.print(f"[dim]note: {out['context_note']}[/dim]")
     if out["model"].startswith("synthetic/"):
         testbed_notice()
 

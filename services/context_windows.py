@@ -8,8 +8,13 @@
    the synthetic model counts;
 3. for `vllm/<model>`, the server (`services.serving.serve_url`): `/v1/models` (`max_model_len` from a
    plain vLLM server, `metadata.max_request_context_length` from Ray Serve LLM), else the
-   `max_model_len` its `/tokenize` answers; prompts are then counted by that `/tokenize` (the served
-   tokenizer and chat template, with the tools);
+   `max_model_len` its `/tokenize` answers; prompts are then counted by that `/tokenize`: with the
+   messages and tools where it takes them (plain vLLM: the served chat template itself), else (Ray
+   Serve LLM takes a prompt only) on the ChatML-with-tools text the project's served models use
+   (`chatml`), plus `TEXT_MARGIN_PER_MESSAGE` tokens a message; where neither answers (Ray Serve LLM
+   2.60 with vLLM 0.32 answers "does not support the 'tokenization' task": Ray reads
+   `state.openai_serving_tokenization`, vLLM 0.32 names it `serving_tokenization`), by the tokenizer
+   and chat template of the served model's local folder, which `coevolve serve`'s state file names;
 4. litellm's model info for the route (`max_input_tokens`, else `max_tokens`);
 5. `agents.fit.DEFAULT_WINDOW`.
 
@@ -35,6 +40,7 @@ from harness_store.values import ModelRef
 WINDOWS_ENV = "COEVOLVE_CONTEXT_WINDOWS"
 TOKENIZERS_ENV = "COEVOLVE_TOKENIZERS"
 HTTP_TIMEOUT_S = 5.0
+TEXT_MARGIN_PER_MESSAGE = 4  # tokens, for a template other than ChatML (text-only /tokenize)
 log = structlog.get_logger(role="context-windows")
 
 _cache: dict[tuple[str, str, str, str], Budget] = {}
@@ -107,7 +113,10 @@ def _lookup(model: str, role: str) -> tuple[Budget, bool]:
             if window is None and served["window"]:
                 window, source = served["window"], served["source"]
             if served["tokenize"]:
-                count, counted_by = _server_counter(served["url"], ref.model), "server /tokenize"
+                count = _server_counter(served["url"], ref.model, served["tokenize"])
+                counted_by = "server /tokenize" + (" (ChatML text)" if served["tokenize"] == "text" else "")
+            elif served["folder"]:
+                count, counted_by = _folder_counter(served["folder"]), f"tokenizer of the served folder {served['folder']}"
     elif ref is not None and window is None:
         window, source = _litellm_window(ref)
     folder = _pairs(TOKENIZERS_ENV).get(model)
@@ -147,30 +156,73 @@ def _served(ref: ModelRef) -> dict[str, Any] | None:
         meta = card.get("metadata") or {}
         if window is None and isinstance(meta.get("max_request_context_length"), int):
             window, source = meta["max_request_context_length"], "server /v1/models max_request_context_length"
-    probe = _tokenize(url, ref.model, [{"role": "user", "content": "hi"}], [])
-    tokenize = probe is not None
+    hello = [{"role": "user", "content": "hi"}]
+    mode, probe = "chat", _tokenize(url, ref.model, hello, [])
+    if probe is None:  # Ray Serve LLM's /tokenize takes a prompt, not messages
+        mode, probe = "text", _tokenize(url, ref.model, hello, [], text=True)
     if window is None and probe is not None and isinstance(probe.get("max_model_len"), int):
         window, source = probe["max_model_len"], "server /tokenize max_model_len"
-    return {"url": url, "window": window, "source": source, "tokenize": tokenize}
+    return {"url": url, "window": window, "source": source, "tokenize": mode if probe is not None else None,
+            "folder": _served_folder(ref.model)}
 
 
-def _tokenize(url: str, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
-    body: dict[str, Any] = {"model": model, "messages": messages, "add_generation_prompt": True}
-    if tools:
-        body["tools"] = tools
+def _served_folder(model: str) -> str | None:
+    """The served model's local folder when it holds a tokenizer (`coevolve serve`'s state file names it)."""
+    from pathlib import Path
+
+    from services.serving import read_state
+
+    try:
+        folder = ((read_state() or {}).get("sources") or {}).get(model)
+    except Exception:  # noqa: BLE001 - an unreadable state file: no folder
+        return None
+    if isinstance(folder, str) and (Path(folder) / "tokenizer_config.json").is_file():
+        return folder
+    return None
+
+
+def _tokenize(url: str, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+              text: bool = False) -> dict[str, Any] | None:
+    body: dict[str, Any] = {"model": model}
+    if text:
+        body |= {"prompt": chatml(messages, tools), "add_special_tokens": False}
+    else:
+        body |= {"messages": messages, "add_generation_prompt": True, **({"tools": tools} if tools else {})}
     try:
         out = _http(f"{url}/tokenize", body)
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    return out if isinstance(out, dict) and isinstance(out.get("count"), int) else None
+    if not isinstance(out, dict) or not isinstance(out.get("count"), int):
+        return None
+    return {**out, "count": out["count"] + (TEXT_MARGIN_PER_MESSAGE * (len(messages) + 1) if text else 0)}
 
 
-def _server_counter(url: str, model: str):
+def _server_counter(url: str, model: str, mode: str):
     def count(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int | None:
-        out = _tokenize(url, model, messages, tools)
+        out = _tokenize(url, model, messages, tools, text=mode == "text")
         return None if out is None else out["count"]
 
     return count
+
+
+def chatml(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """The prompt text the project's served models see (`services.models.TOOLS_CHAT_TEMPLATE`, ChatML
+    with a tools section), rendered here for a server whose /tokenize takes text only. For a model
+    served with another template the count is off by a few tokens per message: hence the margin."""
+    global _template
+    if _template is None:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        from services.models import TOOLS_CHAT_TEMPLATE
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
+        _template = env.from_string(TOOLS_CHAT_TEMPLATE)
+    plain = [{**m, "content": m.get("content") or ""} for m in messages]
+    return _template.render(messages=plain, tools=tools or None, add_generation_prompt=True)
+
+
+_template: Any = None
 
 
 # ------------------------------------------------------------------------------------ others

@@ -400,6 +400,7 @@ def start_serving(
         "url": url,
         "app": config.name,
         "models": sorted(wanted),
+        "sources": {m.model_id: _resolve_source(m.source) for m in config.models},  # tokenizers for role prompts
         "adapters_dir": str(adapters.resolve()),
         "pid": os.getpid(),
         "ray_address": address,

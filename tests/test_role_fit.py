@@ -274,6 +274,23 @@ def test_the_estimate_is_at_least_smollm2s_count_on_role_prompts(payroll_failure
         assert estimate_messages(messages) >= 1.2 * real, (estimate_messages(messages), real)
 
 
+def test_the_chatml_text_for_a_text_only_tokenize_is_what_the_served_template_renders(tiny_model):
+    from transformers import AutoTokenizer
+
+    from services.context_windows import chatml
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    messages = [{"role": "system", "content": "You audit <payroll> & report 'gaps'."}, {"role": "user", "content": "Go."},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "sql_query", "arguments": "{\"query\": \"SELECT 1\"}"}}]},
+                {"role": "tool", "tool_call_id": "c", "content": "1"}]
+    tools = [{"type": "function", "function": {"name": "sql_query", "description": "Run SQL <read-only>",
+                                               "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}]
+    for t in (tools, []):
+        plain = [{**m, "content": m["content"] or ""} for m in messages]
+        assert chatml(messages, t) == tok.apply_chat_template(plain, tools=t or None, tokenize=False, add_generation_prompt=True)
+
+
 # ------------------------------------------------------------------ the roles through litellm
 class Windowed:
     """The `windowed` litellm provider's settings (see the module doc)."""
@@ -311,7 +328,7 @@ def windowed(tiny_model):
                     model=model, llm_provider="windowed")
             return synthetic.completion(model, messages, *args, optional_params=params, **kw)
 
-    windows = {"judge": 6144, "expert": 8192, "meta": 8192}
+    windows = {"judge": 6144, "expert": 10240, "meta": 8192}
     litellm.register_model({f"windowed/{m}": {"max_input_tokens": w, "max_tokens": w, "litellm_provider": "windowed", "mode": "chat"}
                             for m, w in windows.items()})
     entry = {"provider": "windowed", "custom_handler": Provider()}
@@ -394,8 +411,9 @@ def test_judge_and_expert_with_a_small_window_get_fitted_prompts_and_answer(prov
     assert any("error" not in c for c in cands) and used.failed_calls == 0, cands
     assert any(line.startswith("expert: prompt ") for line in used.cuts)
     first_expert_prompt = next(n for m, n in provider.seen if m == "expert")
-    assert first_expert_prompt <= (8192 - 1024) * 0.75 + 1  # a quarter kept free for handbook look-ups
-    assert all(n <= 8192 for m, n in provider.seen if m == "expert")
+    assert first_expert_prompt <= (10240 - 1024) * 0.75 + 1  # a quarter kept free for handbook look-ups
+    assert all(n <= 10240 for m, n in provider.seen if m == "expert")
+    assert used.fitted >= 1 and any(line.startswith("expert: prompt ") for line in used.cuts)
 
     good = next(c for c in cands if "error" not in c)
     verdict = judge.score(t, locus, good, usage=(used := RoleUsage()))
@@ -422,6 +440,10 @@ def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what
     assert corrected and all(r.provenance.get("context_cuts", {}).get("judge") for r in corrected)
     assert stats["rows_with_context_cuts"] == len(corrected)
     assert stats["usage"]["judge"]["fitted"] >= len(corrected) and "failed_calls" not in stats["usage"]["judge"]
+    from agents.fit import build_cut_note
+
+    note = build_cut_note(stats)  # what `coevolve data build` prints at its end
+    assert note.startswith("prompts cut to fit the model's context window: expert ") and f"; {len(corrected)} rows record" in note
 
 
 def _evolution(tmp_path, proposer_model, iterations=1):
@@ -446,6 +468,10 @@ def test_an_evolution_with_a_small_window_proposer_completes_and_journals_the_cu
     proposals = [e.payload for e in store.events(loop.run_id, "proposal")]
     assert proposals and all(p.get("context_cuts") for p in proposals)
     assert any(p["error"] is None for p in proposals)  # the fitted evidence still gave usable edits
+    from agents.fit import evolve_cut_note
+
+    note = evolve_cut_note(proposals)  # what `coevolve evolve` prints at its end
+    assert note.startswith("the proposer's evidence was cut to fit its context window in 1 of 1 iterations (last: ")
     first = next(n for m, n in provider.seen if m == "meta")
     assert first <= (8192 - 2048) * 0.75 + 1 and all(n <= 8192 for m, n in provider.seen if m == "meta")
 
@@ -478,6 +504,9 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     (event,) = store.events(loop.run_id, "proposal")
     assert event.payload["error"].startswith("proposer call failed: model windowed/meta failed")
     assert event.payload["context_cuts"]
+    from agents.fit import evolve_cut_note
+
+    assert "the proposer call failed in 1 iterations" in evolve_cut_note([event.payload])
 
     # a model down after the gateway's retries: an unknown locus as well
     provider.enforced = {}
@@ -554,20 +583,26 @@ def test_a_judge_served_by_vllm_at_a_small_window_gets_a_fitted_prompt_and_answe
     from services.gateway import Gateway
 
     gateway = Gateway(timeout_s=300)
+    sent = []
 
     def complete(m, msgs, tools, s):
+        sent.append(msgs)
         return gateway.complete(m, msgs, tools, seed=s, max_tokens=32)
 
     budget = budget_for("vllm/tiny", "judge")
     assert (budget.window, budget.reply) == (6144, 512) and budget.source.startswith("server /v1/models")
-    assert budget.counted_by == "server /tokenize"
+    # Ray Serve LLM 2.60's /tokenize does not work with vLLM 0.32: the served folder's tokenizer counts
+    assert budget.counted_by == f"tokenizer of the served folder {served_tiny_6k['sources']['tiny']}"
     t = max(payroll_failures, key=lambda t: len(json.dumps(t.messages)))
     _, payload = _locate_payload(t)
     raw = [{"role": "system", "content": (PROMPTS / "judge_locate.md").read_text()}, payload_message(payload, "Locate the failure.")]
-    assert _tiny_count(tiny_model)(raw) > 6144
+    count = _tiny_count(tiny_model)
+    assert count(raw) > 6144 and budget.tokens(raw)[0] == count(raw)
     with pytest.raises(ContextWindowExceeded):  # the prompt of before overflows the served window
         complete("vllm/tiny", raw, [], 0)
+    sent.clear()
     used = RoleUsage()
     locus = Judge("vllm/tiny", complete, retries=0).locate(t, usage=used)
     assert used.calls == 1 and used.failed_calls == 0 and used.fitted == 1  # the call went through
-    assert locus.trajectory_id == t.id and used.cuts[-1].endswith("tokens (server /tokenize) of 5632 allowed")
+    assert locus.trajectory_id == t.id and used.cuts[-1].endswith(f"tokens ({budget.counted_by}) of 5632 allowed")
+    assert len(sent) == 1 and count(sent[0]) <= 5632 and used.prompt_tokens <= 5632  # vLLM's own count too
