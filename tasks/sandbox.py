@@ -1,15 +1,39 @@
 """Sandboxed execution of model-written Python (DESIGN §6).
 
 Every run of code an agent wrote happens here: a fresh process per run, in a fresh directory, with
-nothing shared between runs. The API is two calls:
+nothing shared between runs. The API is three calls:
 
 - `run_python(files, script)` runs one script of a file tree;
 - `run_tests(files, test_paths)` runs test files with a tiny in-sandbox test runner (pytest-like
   discovery of `test_*` functions, a minimal `pytest` shim with `raises`/`approx`), which is far faster
-  than starting pytest per run.
+  than starting pytest per run. The tests and the code they test share one process, so the code can
+  write the run's records itself: this is an agent's own test run (its observation), never a verdict;
+- `run_graded_tests(package, tests)` is a grader's run, with verdicts the package's code cannot write
+  (below).
 
-Both return a `SandboxResult`; `result.stopped` says in words why the sandbox stopped or refused
-something (None when nothing was), and `result.report()` renders the run for an observation.
+All return a `SandboxResult`; `result.stopped` says in words why the sandbox stopped or refused
+something (None when nothing was), and `result.report()` renders the run for an observation. What a run
+writes reaches a result only in bounded pieces: the stop reason at most MAX_STOPPED_CHARS characters
+(the first MAX_VIOLATIONS distinct violation lines, the rest counted), each test's message at most
+MAX_MESSAGE_CHARS, the report at most 6,000, stdout and stderr at most `output_bytes` each.
+
+A graded run has three processes in the sandbox. The runner (trusted: it never runs the package's code)
+reads the request, writes the package's files and forks the package's process before it reads the
+tests, which exist in no file and in no memory the package can reach. The package's process imports the
+package (all the tests' imports, in one request) and serves requests: import, attribute, call. The
+runner runs the tests in its own memory against references to the package's objects; what the package
+returns comes back as plain values (builtin scalars and containers, dates and times, Decimal, Fraction:
+JSON, checked on the way in), anything else as a reference that compares equal only to itself, and
+exceptions as the builtin exception class they derive from. Each test session is a fork of the
+package's process, so a test that times out or ends the process costs that test only: the next one gets
+a fresh session with the state the import left. Only the runner holds the record channel (fd 3, a
+memfd of the fork server's); the runner and the fork server are not dumpable, so the package cannot open
+their fds or memory through /proc or ptrace them (with the audit hook off too; a test shows that with
+the runner made dumpable it could). The parent knows the expected test ids from the tests' syntax
+trees: a test not reported is an error, a record for another id fails the run. What the package can do
+is what any code can: return values, raise, end or stall its own process (failing those tests), or
+kill the runner (failing the run). In weak mode none of this holds (the processes are the parent's
+user's, dumpable).
 
 Isolation is by the kernel, not by auditing Python (decided: an in-process audit hook alone is
 bypassed by `_posixsubprocess.fork_exec`, by flipping its own flags through `gc` or frames, by
@@ -30,7 +54,13 @@ monkeypatching the builtins it calls, by `os.open(dir_fd=...)` and by links to o
    (`unshare -m`, `mount --bind`, then `setpriv` drops to 65534), which no other process sees.
 2. Limits, set in the child before any untrusted code runs: address space, CPU seconds, file size (also
    caps captured stdout/stderr), open files, no core dumps, no POSIX message queues, and a process and
-   thread count (RLIMIT_NPROC, counted per user namespace, i.e. per sandbox). The tmpfs caps the disk.
+   thread count (RLIMIT_NPROC, counted per user namespace, i.e. per sandbox). The tmpfs caps the disk
+   (WORK_MB); its inodes are capped by the fork server, which counts them (statvfs) every 5 ms during a
+   run and stops the run past `Limits.inodes` (bwrap 0.8 mounts the tmpfs with size and mode only, no
+   `nr_inodes`, and nothing in the sandbox may mount; measured overshoot: a few hundred files), so what
+   the reporter removes after a run stays small and the call returns within the wall limit plus a
+   fraction of a second. A run's stdout, stderr and records are memfds, not files of that disk, so a
+   full disk loses none of them; the reporter sees a full disk and the stop reason names it (ENOSPC).
    Wall time is enforced by killing every process of the run, with a watchdog in the parent that
    kills the whole sandbox if the sandbox itself stops answering.
 3. The old audit hook stays as a second layer inside (refuses sockets, process creation, ctypes and
@@ -69,8 +99,9 @@ whole sandbox (no cgroup), so a run may hold up to `processes` x `memory_mb`; CP
 wall clock, not shared fairly; there is no seccomp filter, so the kernel's whole system-call surface is
 reachable (inside the namespaces); /usr is readable.
 
-Test results travel on the child's original stdout fd; `sys.stdout` is pointed at stderr while tests
-run, so code under test cannot print fake result lines.
+Records (one line per test, MARK-prefixed) travel on fd 3, never on stdout; `sys.stdout` is pointed at
+stderr while tests run. In `run_tests` and `run_python` the code under test can still write fd 3: their
+results are the agent's own feedback; a grader must use `run_graded_tests`.
 """
 
 from __future__ import annotations
@@ -89,9 +120,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import PurePosixPath
+
+from tasks.base import bounded
 
 _AST_LOCK = threading.Lock()
 
@@ -113,12 +146,14 @@ def parse_python(source: str, mode: str = "exec") -> ast.AST:
     raise AssertionError("unreachable")
 
 
-MARK = "\x1esbx "  # prefix of the runner's result lines on stdout
+MARK = "\x1esbx "  # prefix of the runners' record lines (on the run's record channel, fd 3, never stdout)
 VIOLATION = "[sandbox-violation] "
 NOBODY = 65534
 BASE_DIR = os.path.join(tempfile.gettempdir(), "coevolve-sandbox")
 BOX_WORK = "/sandbox"  # the sandbox's tmpfs, as seen inside
-WORK_MB = 256  # size of that tmpfs (files a run may write, outputs included)
+WORK_MB = 256  # size of that tmpfs (files a run may write; its outputs are memfds, outside it)
+MAX_STOPPED_CHARS = 2_000  # `SandboxResult.stopped` is cut to this (head and tail kept, with a marker)
+MAX_MESSAGE_CHARS = 2_000  # and each test's message
 WEAK_ENV = "COEVOLVE_SANDBOX_WEAK"
 PER_RUN_ENV = "COEVOLVE_SANDBOX_PER_RUN"
 
@@ -132,6 +167,7 @@ class Limits:
     output_bytes: int = 2_000_000  # stdout and stderr each, and any file written (RLIMIT_FSIZE)
     open_files: int = 64
     processes: int = 16  # processes and threads of the run at once (RLIMIT_NPROC in the sandbox)
+    inodes: int = 20_000  # files, directories and links the run may make on the sandbox's disk (polled)
 
 
 @dataclass(frozen=True)
@@ -156,7 +192,12 @@ class SandboxResult:
 
     @property
     def stopped(self) -> str | None:
-        """Why the sandbox stopped or refused something, or None if it did not."""
+        """Why the sandbox stopped or refused something, or None if it did not; at most about
+        MAX_STOPPED_CHARS characters (the run can write violation lines, which this quotes)."""
+        why = self._stopped()
+        return None if why is None else bounded(why, MAX_STOPPED_CHARS)
+
+    def _stopped(self) -> str | None:
         if self.timed_out:
             return f"the run was stopped at the {self.wall_limit_s:g} s wall-clock limit (endless loop?)"
         if self.violations:
@@ -194,8 +235,7 @@ class SandboxResult:
         lines.append(f"=== {summary} ===")
         if self.stopped:
             lines.append(f"sandbox: {self.stopped}")
-        out = "\n".join(lines)
-        return out if len(out) <= max_chars else out[: max_chars // 2] + "\n...\n" + out[-max_chars // 2 :]
+        return bounded("\n".join(lines), max_chars)
 
 
 class SandboxError(ValueError):
@@ -203,12 +243,18 @@ class SandboxError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------- the child
+# Code that runs inside the sandbox: the classic runner (`_child`: tests and scripts, the code under test
+# in the same process), and the graded runner (`_graded`, the trusted side) with the package's process
+# (`_package_server`, the untrusted side) it talks to. Run records go to fd 3 (RES), never to stdout.
 _CHILD = r'''
-import os, resource, signal, sys
+import builtins, datetime as _dt, gc, json as _json, os, resource, signal, sys
 
-def _child(argv):
-    (MODE, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), ARGS = argv[:11], argv[11:]
-    MEM, CPU, FSIZE, NOFILE, PER_TEST = int(MEM), int(CPU), int(FSIZE), int(NOFILE), float(PER_TEST)
+RES = 3  # the run's record channel (a memfd of the fork server's)
+_FRAME = 8 << 20  # largest message between the graded runner and the package's process
+_MESSAGE = 2000  # longest message the runners record for one test
+
+
+def _limits(NPROC, MEM, CPU, FSIZE, NOFILE):
     def _lim(which, value):
         resource.setrlimit(which, (value, value))
     _lim(resource.RLIMIT_AS, MEM)
@@ -220,16 +266,15 @@ def _child(argv):
     if NPROC != "-":
         _lim(resource.RLIMIT_NPROC, int(NPROC))
 
-    ROOT = os.path.realpath(ROOT)
-    BASE = os.path.realpath(BASE)
-    os.environ["HOME"] = ROOT
-    os.environ["TMPDIR"] = os.path.join(ROOT, "tmp")
-    WRITE = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-    OUT = os.dup(1)
-    _busy = [False]
 
-    def _emit(*rec):
-        os.write(OUT, (MARK + repr(rec) + "\n").encode())
+def _inside(full, root):
+    return full == root or full.startswith(root + os.sep)
+
+
+def _audit_hook(ROOT, BASE, VIOL):
+    """The in-process second layer: (hook, busy, mark). busy[0] = True lets the runner's own calls through."""
+    WRITE = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    _busy = [False]
 
     def _mark(kind, what):
         try:
@@ -240,9 +285,6 @@ def _child(argv):
     def _refuse(kind, what):
         _mark(kind, what)
         raise PermissionError("sandbox refused " + kind + " access: " + what)
-
-    def _inside(full, root):
-        return full == root or full.startswith(root + os.sep)
 
     def _check(path, writing, event):
         if isinstance(path, int):
@@ -289,60 +331,78 @@ def _child(argv):
         finally:
             _busy[0] = False
 
-    class _Timeout(BaseException):
-        pass
+    return _hook, _busy, _mark
 
-    def _alarm(signum, frame):
-        raise _Timeout()
 
-    signal.signal(signal.SIGALRM, _alarm)
+class _Timeout(BaseException):
+    pass
 
-    class _Raises:
-        def __init__(self, exc, match=None):
-            self.exc, self.match, self.value = exc, match, None
-        def __enter__(self):
-            return self
-        def __exit__(self, et, ev, tb):
-            if et is None:
-                raise AssertionError("DID NOT RAISE " + getattr(self.exc, "__name__", str(self.exc)))
-            if not issubclass(et, self.exc):
-                return False
-            if self.match is not None:
-                import re
-                if not re.search(self.match, str(ev)):
-                    raise AssertionError("pattern %r not found in %r" % (self.match, str(ev)))
-            self.value = ev
-            return True
 
-    class _Approx:
-        def __init__(self, expected, rel=1e-6, abs=1e-12):
-            self.expected, self.rel, self.abs = expected, rel, abs
-        def __eq__(self, other):
-            return abs(other - self.expected) <= max(self.rel * abs(self.expected), self.abs)
-        def __repr__(self):
-            return "approx(%r)" % (self.expected,)
+def _alarm(signum, frame):
+    raise _Timeout()
 
+
+class _Gone(Exception):
+    """The package's process ended or stopped answering: the test could not run (graded runner)."""
+
+
+class _Raises:
+    def __init__(self, exc, match=None):
+        self.exc, self.match, self.value = exc, match, None
+    def __enter__(self):
+        return self
+    def __exit__(self, et, ev, tb):
+        if et is None:
+            raise AssertionError("DID NOT RAISE " + getattr(self.exc, "__name__", str(self.exc)))
+        if not issubclass(et, self.exc):
+            return False
+        if self.match is not None:
+            import re
+            if not re.search(self.match, str(ev)):
+                raise AssertionError("pattern %r not found in %r" % (self.match, str(ev)))
+        self.value = ev
+        return True
+
+
+class _Approx:
+    def __init__(self, expected, rel=1e-6, abs=1e-12):
+        self.expected, self.rel, self.abs = expected, rel, abs
+    def __eq__(self, other):
+        return abs(other - self.expected) <= max(self.rel * abs(self.expected), self.abs)
+    def __repr__(self):
+        return "approx(%r)" % (self.expected,)
+
+
+def _pytest_module():
     pytest = type(sys)("pytest")
     pytest.raises = _Raises
     pytest.approx = _Approx
-    sys.modules["pytest"] = pytest
-    sys.path.insert(0, ROOT)
-    os.chdir(ROOT)
-    sys.stdout = sys.stderr
+    return pytest
 
-    def _short(exc):
-        where = []
-        tb = exc.__traceback__
-        while tb is not None:
-            name = tb.tb_frame.f_code.co_filename
-            if not name.startswith("<") and _inside(os.path.realpath(name), ROOT):
-                where.append("  at %s:%d in %s" % (os.path.relpath(name, ROOT), tb.tb_lineno, tb.tb_frame.f_code.co_name))
-            tb = tb.tb_next
-        text = type(exc).__name__ + (": " + str(exc) if str(exc) else "")
-        return "\n".join([text] + where[-3:])
 
-    _MEMORY = ("error", "stopped: memory limit exceeded")
+def _cut(text, n=_MESSAGE):
+    return text if len(text) <= n else text[: n // 2] + " ...[cut]... " + text[-n // 2 :]
 
+
+def _describe(exc, shown):
+    """A failure's message: its type and text, and where (the last frames of files `shown` accepts)."""
+    where = []
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if shown(name):
+            where.append("  at %s:%d in %s" % (shown(name), tb.tb_lineno, tb.tb_frame.f_code.co_name))
+        tb = tb.tb_next
+    where += [str(w) for w in getattr(exc, "_sbx_where", ())]
+    try:
+        text = str(exc)
+    except BaseException:
+        text = "(no message)"
+    return _cut("\n".join([type(exc).__name__ + (": " + text if text else "")] + where[-3:]))
+
+
+def _runner(PER_TEST, MEM, VIOL, mark, shown, stop=None):
+    """`run(fn, tid)` -> (outcome, message): one test function under the per-test alarm."""
     def _run(fn, tid):
         # built before the code runs: reporting must not need memory the code may have used up
         memline = ("\n" + VIOL + "memory: " + tid + " exceeded the " + str(MEM // 2**20) + " MiB limit\n").encode()
@@ -351,18 +411,53 @@ def _child(argv):
             fn()
             return "passed", ""
         except _Timeout:
-            _mark("timeout", tid + " ran longer than " + str(PER_TEST) + " s")
+            mark("timeout", tid + " ran longer than " + str(PER_TEST) + " s")
+            if stop is not None:
+                stop()
             return "error", "stopped: ran longer than %s s (endless loop?)" % PER_TEST
         except MemoryError:
             try:
                 os.write(2, memline)
             except OSError:
                 pass
-            return _MEMORY
+            return "error", "stopped: memory limit exceeded"
+        except _Gone as e:
+            return "error", _cut(str(e))
         except BaseException as e:
-            return "failed", _short(e)
+            return "failed", _describe(e, shown)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+    return _run
+
+
+def _emit(MARK, *rec):
+    os.write(RES, (MARK + repr(rec) + "\n").encode())
+
+
+def _child(argv):
+    """The classic runner: the test files (or the script) and the code under test in this one process.
+    Its records are the code's own to write: good for the agent's run_tests, never for a grader."""
+    (MODE, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), ARGS = argv[:11], argv[11:]
+    MEM, CPU, FSIZE, NOFILE, PER_TEST = int(MEM), int(CPU), int(FSIZE), int(NOFILE), float(PER_TEST)
+    _limits(NPROC, MEM, CPU, FSIZE, NOFILE)
+    ROOT = os.path.realpath(ROOT)
+    BASE = os.path.realpath(BASE)
+    os.environ["HOME"] = ROOT
+    os.environ["TMPDIR"] = os.path.join(ROOT, "tmp")
+    hook, _, mark = _audit_hook(ROOT, BASE, VIOL)
+    signal.signal(signal.SIGALRM, _alarm)
+    sys.modules["pytest"] = _pytest_module()
+    sys.path.insert(0, ROOT)
+    os.chdir(ROOT)
+    sys.stdout = sys.stderr
+
+    def shown(name):
+        if name.startswith("<"):
+            return None
+        full = os.path.realpath(name)
+        return os.path.relpath(full, ROOT) if _inside(full, ROOT) else None
+
+    _run = _runner(PER_TEST, MEM, VIOL, mark, shown)
 
     def _load(path):
         name = path[:-3].replace("/", ".")
@@ -375,34 +470,639 @@ def _child(argv):
         exec(code, mod.__dict__)
         return mod
 
-    sys.addaudithook(_hook)
+    sys.addaudithook(hook)
 
     if MODE == "script":
         outcome, message = _run(lambda: _load(ARGS[0]), ARGS[0])
-        _emit(ARGS[0], outcome, message)
+        _emit(MARK, ARGS[0], outcome, message)
     else:
         for path in ARGS:
             box = []
             outcome, message = _run(lambda: box.append(_load(path)), path)
             if outcome != "passed":
-                _emit(path + "::<collect>", "error", message)
+                _emit(MARK, path + "::<collect>", "error", message)
                 continue
             mod = box[0]
             for fname, fn in list(vars(mod).items()):
                 if fname.startswith("test") and callable(fn) and getattr(fn, "__module__", None) == mod.__name__:
                     tid = path + "::" + fname
                     outcome, message = _run(fn, tid)
-                    _emit(tid, outcome, message)
-    _emit("<end>", "", "")
+                    _emit(MARK, tid, outcome, message)
+    _emit(MARK, "<end>", "", "")
+
+
+# ------------------------------------------------------------------------- values between the processes
+def _enc(v, ref, depth=0):
+    """A value as JSON data: builtin scalars and containers, dates and times, Decimal and Fraction by
+    value (exact types only); anything else through `ref` (a reference the other side cannot look into)."""
+    t = type(v)
+    if v is None or t is bool or t is int or t is float or t is str:
+        return v
+    if depth > 64:
+        raise ValueError("the value is nested too deeply to pass between the tests and the package")
+    d = depth + 1
+    if t is list:
+        return [_enc(x, ref, d) for x in v]
+    if t is tuple or t is set or t is frozenset:
+        return {"$": t.__name__, "v": [_enc(x, ref, d) for x in v]}
+    if t is dict:
+        return {"$": "dict", "v": [[_enc(k, ref, d), _enc(x, ref, d)] for k, x in v.items()]}
+    if t is bytes:
+        return {"$": "bytes", "v": v.hex()}
+    if t is _dt.datetime:
+        return {"$": "datetime", "v": [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond],
+                "off": _offset(v), "fold": v.fold}
+    if t is _dt.date:
+        return {"$": "date", "v": [v.year, v.month, v.day]}
+    if t is _dt.time:
+        return {"$": "time", "v": [v.hour, v.minute, v.second, v.microsecond], "off": _offset(v), "fold": v.fold}
+    if t is _dt.timedelta:
+        return {"$": "timedelta", "v": [v.days, v.seconds, v.microseconds]}
+    mod = sys.modules.get(getattr(t, "__module__", None) or "")  # no Decimal or Fraction unless the package imported it
+    if mod is not None and t is getattr(mod, "Decimal", None) and mod.__name__ in ("decimal", "_decimal", "_pydecimal"):
+        return {"$": "decimal", "v": str(v)}
+    if mod is not None and t is getattr(mod, "Fraction", None) and mod.__name__ == "fractions":
+        return {"$": "fraction", "v": [v.numerator, v.denominator]}
+    return ref(v)
+
+
+def _offset(v):
+    off = v.utcoffset()
+    return None if off is None else off // _dt.timedelta(microseconds=1)
+
+
+def _tz(off):
+    if off is None:
+        return None
+    if type(off) is not int:
+        raise TypeError("bad offset")
+    return _dt.timezone.utc if off == 0 else _dt.timezone(_dt.timedelta(microseconds=off))
+
+
+def _ints(v, n):
+    if type(v) is not list or len(v) != n or any(type(x) is not int for x in v):
+        raise TypeError("bad fields")
+    return v
+
+
+def _dec(x, ref, depth=0):
+    """The value `_enc` made; raises (TypeError, ValueError, ...) on anything else."""
+    t = type(x)
+    if x is None or t is bool or t is int or t is float or t is str:
+        return x
+    if depth > 64:
+        raise ValueError("nested too deeply")
+    d = depth + 1
+    if t is list:
+        return [_dec(i, ref, d) for i in x]
+    if t is not dict:
+        raise TypeError("not a value")
+    tag, v = x.get("$"), x.get("v")
+    if tag in ("tuple", "set", "frozenset"):
+        if type(v) is not list:
+            raise TypeError("bad items")
+        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](_dec(i, ref, d) for i in v)
+    if tag == "dict":
+        if type(v) is not list or any(type(p) is not list or len(p) != 2 for p in v):
+            raise TypeError("bad items")
+        return {_dec(k, ref, d): _dec(i, ref, d) for k, i in v}
+    if tag == "bytes" and type(v) is str:
+        return bytes.fromhex(v)
+    if tag == "datetime":
+        return _dt.datetime(*_ints(v, 7), tzinfo=_tz(x.get("off")), fold=int(x.get("fold") == 1))
+    if tag == "date":
+        return _dt.date(*_ints(v, 3))
+    if tag == "time":
+        return _dt.time(*_ints(v, 4), tzinfo=_tz(x.get("off")), fold=int(x.get("fold") == 1))
+    if tag == "timedelta":
+        return _dt.timedelta(*_ints(v, 3))
+    if tag == "decimal" and type(v) is str and len(v) < 5000:
+        import decimal
+        return decimal.Decimal(v)
+    if tag == "fraction":
+        import fractions
+        return fractions.Fraction(*_ints(v, 2))
+    if tag == "ref":
+        return ref(x)
+    raise TypeError("not a value the runner knows")
+
+
+import re as _re
+_IMPORT_LINE = _re.compile(r"^(?:from[ \t]+([\w.]+)[ \t]+)?import[ \t]+([\w., \t]+)$", _re.M)  # compiled once, in the server
+
+
+class _Lines:
+    """Newline-framed messages from one fd; None at end of file, ValueError for a line over _FRAME."""
+    def __init__(self, fd):
+        self.fd, self.buf = fd, bytearray()
+    def line(self):
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self.buf[:i])
+                del self.buf[: i + 1]
+                return line
+            if len(self.buf) > _FRAME:
+                self.buf.clear()
+                raise ValueError("a message longer than %d bytes" % _FRAME)
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+    def ready(self):
+        import select
+        return b"\n" in self.buf or bool(select.select([self.fd], [], [], 0)[0])
+
+
+def _write(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _frame(obj):
+    return ("\n" + _json.dumps(obj, ensure_ascii=True) + "\n").encode()  # a leading newline ends any torn line
+
+
+# ---------------------------------------------------------------------------- the package's process
+def _package_server(rfd, wfd, ROOT, BASE, VIOL, MEM):
+    """Untrusted side of a graded run: imports the package and answers the tests' requests (import,
+    getattr, call) with values as data or references. Forked from the runner before the runner read the
+    tests; holds neither the tests nor the record channel. Each test session is a fork of it, so what the
+    package did at import is the start of every session and a session that dies is replaced."""
+    os.environ["HOME"] = ROOT
+    os.environ["TMPDIR"] = os.path.join(ROOT, "tmp")
+    hook, busy, _ = _audit_hook(ROOT, BASE, VIOL)
+    sys.path.insert(0, ROOT)
+    os.chdir(ROOT)
+    sys.stdout = sys.stderr
+    memline = ("\n" + VIOL + "memory: the package exceeded the " + str(MEM // 2**20) + " MiB limit\n").encode()
+    objs = {}
+
+    def ref(v):
+        objs[id(v)] = v
+        try:
+            kind = str(type(v).__name__)[:80]
+        except BaseException:
+            kind = "object"
+        return {"$": "ref", "id": id(v), "kind": kind}
+
+    def deref(x):
+        k = x.get("id") if type(x) is dict else None
+        if type(k) is not int or k not in objs:
+            raise LookupError("no such object of the package")
+        return objs[k]
+
+    def shown(name):
+        if name.startswith("<"):
+            return None
+        full = os.path.realpath(name)
+        return os.path.relpath(full, ROOT) if _inside(full, ROOT) else None
+
+    def answer(op, req):
+        """One request's answer: {"ok": value[, "attrs": ...]} | {"raise": exception} | {"fail": why}."""
+        try:
+            attrs = None
+            if op == "import":
+                fromlist = [str(n) for n in req.get("fromlist") or ()]
+                value = builtins.__import__(str(req["name"]), {}, {}, fromlist, 0)
+                attrs = {}
+                for n in fromlist:  # sent with the module: what `from m import a, b` asks for next
+                    try:
+                        attrs[n] = _enc(getattr(value, n), ref)
+                    except AttributeError:
+                        pass
+            elif op == "getattr":
+                value = getattr(deref(req.get("ref")), str(req["name"]))
+            elif op == "call":
+                fn = deref(req.get("ref"))
+                args = [_dec(a, deref) for a in req.get("args") or ()]
+                kwargs = {str(k): _dec(v, deref) for k, v in req.get("kwargs") or ()}
+                value = fn(*args, **kwargs)
+            else:
+                raise ValueError("unknown request %r" % (op,))
+            return {"ok": _enc(value, ref), **({"attrs": attrs} if attrs else {})}
+        except MemoryError:
+            try:
+                os.write(2, memline)
+            except OSError:
+                pass
+            return {"raise": {"types": ["MemoryError"], "msg": "", "where": []}}
+        except BaseException as e:
+            try:
+                types = [str(c.__name__) for c in type(e).__mro__][:32]
+                msg = _describe(e, shown).split("\n")
+                return {"raise": {"types": types, "msg": msg[0].partition(": ")[2], "where": msg[1:]}}
+            except BaseException:
+                return {"fail": "the package raised an exception that could not be described"}
+
+    sys.addaudithook(hook)
+    reader = _Lines(rfd)
+    session, testing = False, False
+    while True:
+        line = reader.line()
+        if line is None:
+            os._exit(0)
+        try:
+            req = _json.loads(line)
+        except ValueError:
+            continue
+        if type(req) is not dict:
+            continue
+        seq, op = req.get("seq"), req.get("op")
+        if op == "start" and not session:
+            testing = True
+            was, busy[0] = busy[0], True  # the hook refuses forks; this one is the server's own
+            try:
+                gc.freeze()
+                pid = os.fork()
+            except OSError as e:
+                pid = -1
+                _write(wfd, _frame({"seq": seq, "fail": "the package's process could not fork a session: %s" % e}))
+            finally:
+                busy[0] = was
+            if pid == 0:
+                session = True
+                _write(wfd, _frame({"seq": seq, "ok": os.getpid()}))
+                continue
+            if pid > 0:
+                reader.buf.clear()  # what was read ahead belonged to the session
+                _, status = os.waitpid(pid, 0)
+                _write(wfd, _frame({"ended": status}))
+            continue
+        if testing and not session:
+            _write(wfd, _frame({"seq": seq, "fail": "no session of the package is running"}))
+            continue
+        if op == "imports" and not testing:  # the test modules' imports, all at once before they run
+            items = [i for i in req.get("items") or () if type(i) is list and len(i) == 2][:256]
+            ans = {"ok": None, "each": [answer("import", {"name": n, "fromlist": f}) for n, f in items]}
+        else:
+            ans = answer(op, req)
+        out = _frame({"seq": seq, **ans})
+        if len(out) > _FRAME:
+            out = _frame({"seq": seq, "fail": "the package returned a value of more than %d bytes" % _FRAME})
+        try:
+            _write(wfd, out)
+        except OSError:
+            os._exit(1)
+
+
+# ------------------------------------------------------------------------------- the graded runner
+class _Ref:
+    """A reference to an object of the package's process: attribute access and calls are requests to it;
+    nothing else (comparison, truth, hashing) is forwarded, so a reference equals only itself."""
+    __slots__ = ("_sbx_link", "_sbx_key", "_sbx_kind", "_sbx_next", "__weakref__")
+
+    def __getattr__(self, name):
+        if name.startswith("_sbx_"):
+            raise AttributeError(name)
+        ahead = getattr(self, "_sbx_next", None)
+        if ahead and name in ahead:  # fetched with the import this attribute access completes
+            return ahead.pop(name)
+        return self._sbx_link.request("getattr", self, name=name)
+
+    def __call__(self, *args, **kwargs):
+        return self._sbx_link.request("call", self, args=args, kwargs=kwargs)
+
+    def __repr__(self):
+        return "<%s of the package>" % self._sbx_kind
+
+
+class _Link:
+    """The runner's side of the talk with the package's process (`_package_server`): requests and their
+    answers, references, and the package's test sessions (forks of that process, one at a time)."""
+
+    def __init__(self, wfd, rfd, spid, packages):
+        self.wfd, self.lines, self.spid, self.packages = wfd, _Lines(rfd), spid, frozenset(packages)
+        self.seq, self.gen, self.session, self.dead, self.testing = 0, 0, None, None, False
+        self.refs, self.ahead = {}, {}
+        self.real_import = builtins.__import__
+
+    # -- the import statement of the test modules: the package's modules come from its process
+    def import_(self, name, globals=None, locals=None, fromlist=(), level=0):
+        if level or name.partition(".")[0] not in self.packages:
+            return self.real_import(name, globals, locals, fromlist, level)
+        top = name.partition(".")[0]
+        if fromlist:
+            return self._import(name, [str(n) for n in fromlist])
+        mod = self._import(name, [])
+        return mod if top == name else self._import(top, [])
+
+    def _import(self, name, fromlist):
+        ahead = self.ahead.get((name, tuple(fromlist)))
+        if ahead:
+            return self._value(ahead.pop(0))
+        return self.request("import", None, name=name, fromlist=fromlist)
+
+    def prefetch(self, sources):
+        """Import what the test modules import, in one request, before any of them runs. Only a speed-up:
+        the import statements are found by their lines (a parse would cost more than it saves), and an
+        import that was not fetched ahead, or not in the same form, is asked for when it runs."""
+        items = []
+        for src in sources:
+            for m in _IMPORT_LINE.finditer(src):
+                names = [n.split()[0] for n in m.group(2).split(",") if n.split()]
+                if m.group(1):
+                    items.append([m.group(1), names])
+                else:
+                    for n in names:
+                        items.append([n, []])
+                        if "." in n:
+                            items.append([n.partition(".")[0], []])
+        items = [i for i in items if i[0].partition(".")[0] in self.packages]
+        if not items:
+            return
+        answer = self._exchange({"seq": self._next(), "op": "imports", "items": items})
+        each = answer.get("each")
+        if type(each) is list and len(each) == len(items):
+            for (name, fromlist), one in zip(items, each):
+                self.ahead.setdefault((name, tuple(fromlist)), []).append(one)
+
+    def _next(self):
+        self.seq += 1
+        return self.seq
+
+    def request(self, op, ref, **fields):
+        if self.testing and self.session is None:
+            self._session()
+        msg = {"seq": self._next(), "op": op}
+        if ref is not None:
+            msg["ref"] = self._key(ref)
+        if "name" in fields:
+            msg["name"] = str(fields["name"])
+        if "fromlist" in fields:
+            msg["fromlist"] = fields["fromlist"]
+        if op == "call":
+            msg["args"] = [_enc(a, self._out) for a in fields["args"]]
+            msg["kwargs"] = [[str(k), _enc(v, self._out)] for k, v in fields["kwargs"].items()]
+        return self._value(self._exchange(msg))
+
+    def _value(self, answer):
+        if type(answer) is not dict:
+            raise _Gone("the package's answer is not a value the tests can read")
+        if "ok" in answer:
+            try:
+                value = _dec(answer["ok"], self._in)
+                attrs = answer.get("attrs")
+                if type(value) is _Ref and type(attrs) is dict:
+                    value._sbx_next = {str(n): _dec(v, self._in) for n, v in attrs.items()}
+                return value
+            except _Gone:
+                raise
+            except Exception as e:
+                raise _Gone("the package's answer is not a value the tests can read (%s)" % type(e).__name__) from None
+        if "raise" in answer:
+            raise self._exception(answer["raise"])
+        raise _Gone(str(answer.get("fail"))[:_MESSAGE])
+
+    def _exchange(self, msg):
+        try:
+            _write(self.wfd, _frame(msg))
+        except OSError:
+            raise _Gone(self._why_dead()) from None
+        while True:
+            try:
+                line = self.lines.line()
+            except ValueError as e:
+                self.stop()
+                raise _Gone("the package sent %s" % e) from None
+            if line is None:
+                raise _Gone(self._why_dead())
+            try:
+                frame = _json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if type(frame) is not dict:
+                continue
+            if "ended" in frame and self.session is not None:
+                self._ended(frame["ended"])
+                raise _Gone("the package's process ended during the test (%s)" % self.ended)
+            if frame.get("seq") == msg["seq"]:
+                return frame
+
+    def between_tests(self):
+        """Before a test: notice a session that ended since the last answer (it is replaced on demand)."""
+        while self.session is not None and self.lines.ready():
+            line = self.lines.line()
+            if line is None:
+                break
+            try:
+                frame = _json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if type(frame) is dict and "ended" in frame:
+                self._ended(frame["ended"])
+
+    def _session(self):
+        if self.dead:
+            raise _Gone(self.dead)
+        self.testing = False
+        try:
+            pid = self.request("start", None)
+        finally:
+            self.testing = True
+        if type(pid) is not int or pid <= 1:
+            raise _Gone("the package's process did not start a session")
+        self.session, self.gen = pid, self.gen + 1
+
+    def _ended(self, status):
+        self.session = None
+        self.refs = {k: r for k, r in self.refs.items() if k[0] == 0}
+        try:
+            code = os.waitstatus_to_exitcode(int(status))
+            self.ended = ("killed by signal %d" % -code) if code < 0 else ("exit status %d" % code)
+        except (TypeError, ValueError):
+            self.ended = "unknown status"
+
+    def _why_dead(self):
+        if self.dead is None:
+            try:
+                _, status = os.waitpid(self.spid, 0)
+                code = os.waitstatus_to_exitcode(status)
+                how = ("killed by signal %d" % -code) if code < 0 else ("exit status %d" % code)
+            except (ChildProcessError, OSError, ValueError):
+                how = "unknown status"
+            self.dead = "the package's process ended (%s); no test can run after that" % how
+        self.session = None
+        return self.dead
+
+    def stop(self):
+        """After a timeout: end the session (or, while importing, the package's process)."""
+        import select
+        pid = self.session if self.testing else self.spid
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if not self.testing:
+            self._why_dead()
+            self.dead = "the package's process was stopped: it ran longer than the test time limit at import"
+            return
+        deadline = 2.0
+        while self.session is not None:
+            if not (b"\n" in self.lines.buf or select.select([self.lines.fd], [], [], deadline)[0]):
+                self.dead = "the package's process stopped answering"
+                try:
+                    os.kill(self.spid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.session = None
+                return
+            line = self.lines.line()
+            if line is None:
+                self._why_dead()
+                return
+            try:
+                frame = _json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if type(frame) is dict and "ended" in frame:
+                self._ended(frame["ended"])
+
+    def _key(self, ref):
+        if type(ref) is not _Ref or ref._sbx_link is not self:
+            raise TypeError("not an object of the package")
+        gen, key = ref._sbx_key
+        if gen not in (0, self.gen) or (gen and self.session is None):
+            raise _Gone("an object of the package's session that ended was used again")
+        return {"$": "ref", "id": key}
+
+    def _out(self, v):
+        if type(v) is _Ref:
+            return self._key(v)
+        raise TypeError("a %s cannot be passed to the package" % type(v).__name__)
+
+    def _in(self, x):
+        key, kind = x.get("id"), x.get("kind")
+        if type(key) is not int:
+            raise TypeError("bad reference")
+        gen = self.gen if self.testing else 0
+        r = self.refs.get((0, key)) or self.refs.get((gen, key))
+        if r is None:
+            r = _Ref()
+            r._sbx_link, r._sbx_key, r._sbx_kind = self, (gen, key), str(kind)[:80]
+            self.refs[(gen, key)] = r
+        return r
+
+    def _exception(self, info):
+        types = info.get("types") if type(info) is dict else None
+        msg = _cut(str(info.get("msg", ""))) if type(info) is dict else ""
+        where = info.get("where") if type(info) is dict else None
+        exc = None
+        for name in types if type(types) is list else ():
+            cls = builtins.__dict__.get(name) if type(name) is str else None
+            if isinstance(cls, type) and issubclass(cls, Exception):
+                try:
+                    exc = cls(msg) if msg else cls()
+                    break
+                except Exception:
+                    continue
+        if exc is None:
+            first = types[0] if type(types) is list and types and type(types[0]) is str else "exception"
+            exc = _Gone("the package raised %s%s" % (first[:80], (": " + msg) if msg else ""))
+        if type(where) is list:
+            exc._sbx_where = [_cut(str(w), 200) for w in where[:3]]
+        return exc
+
+
+def _read_exact(fd, size):
+    body = bytearray()
+    while len(body) < size:
+        chunk = os.read(fd, size - len(body))
+        if not chunk:
+            raise EOFError("short request")
+        body += chunk
+    return bytes(body)
+
+
+def _graded(argv, tsize, packages):
+    """The graded runner (trusted): it forks the package's process before it reads the tests, so the
+    tests never exist in any memory or file the package's code can reach; it runs the tests itself,
+    against references to the package's objects, compares what they return as plain values in its own
+    memory, and is the only process holding the record channel. It never runs the package's code."""
+    (MODE, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), PATHS = argv[:11], argv[11:]
+    MEM, CPU, FSIZE, NOFILE, PER_TEST = int(MEM), int(CPU), int(FSIZE), int(NOFILE), float(PER_TEST)
+    _limits(NPROC, MEM, CPU, FSIZE, NOFILE)
+    ROOT = os.path.realpath(ROOT)
+    BASE = os.path.realpath(BASE)
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    gc.freeze()  # a fork's memory is the parent's until written: keep collections off it
+    spid = os.fork()
+    if spid == 0:
+        code = 70
+        try:
+            os.close(down_w)
+            os.close(up_r)
+            os.close(RES)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)  # the rest of the request (the tests) stays unread here
+            os.close(null)
+            _package_server(down_r, up_w, ROOT, BASE, VIOL, MEM)
+        except BaseException:
+            pass
+        os._exit(code)
+    os.close(down_r)
+    os.close(up_w)
+    tests = _json.loads(_read_exact(0, tsize))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    signal.signal(signal.SIGALRM, _alarm)
+    sys.modules["pytest"] = _pytest_module()
+    sys.stdout = sys.stderr
+    _, _, mark = _audit_hook(ROOT, BASE, VIOL)  # only its violation lines; no hook here
+    link = _Link(down_w, up_r, spid, packages)
+    signal.setitimer(signal.ITIMER_REAL, PER_TEST * max(1, len(PATHS)))  # each file's time for its imports
+    try:
+        link.prefetch([tests[p] for p in PATHS])
+    except _Timeout:
+        mark("timeout", "the test modules' imports ran longer than %g s" % (PER_TEST * max(1, len(PATHS))))
+        link.stop()
+    except _Gone:
+        pass  # each import then asks on its own and meets the same end
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    paths = set(tests)
+    _run = _runner(PER_TEST, MEM, VIOL, mark, lambda name: name if name in paths else None, link.stop)
+    names = dict(builtins.__dict__, __import__=link.import_)
+    collected = []
+    for path in PATHS:
+        mod = type(sys)(path[:-3].replace("/", "."))
+        mod.__file__ = path
+        mod.__dict__["__builtins__"] = names
+
+        def load(src=tests[path], path=path, mod=mod):
+            exec(compile(src, path, "exec"), mod.__dict__)
+
+        outcome, message = _run(load, path)
+        if outcome != "passed":
+            _emit(MARK, path + "::<collect>", "error", message)
+            continue
+        collected.append((path, mod))
+    link.testing = True
+    for path, mod in collected:
+        for fname, fn in list(vars(mod).items()):
+            if fname.startswith("test") and callable(fn) and getattr(fn, "__module__", None) == mod.__name__:
+                tid = path + "::" + fname
+                outcome, message = _run(lambda fn=fn: (link.between_tests(), fn()), tid)
+                _emit(MARK, tid, outcome, message)
+    _emit(MARK, "<end>", "", "")
 '''
 
 
 # The fork server: PID 1 of its sandbox (weak mode: a plain process). It never runs untrusted code and
 # never holds a run's data. Protocol on stdin/stdout: it writes "ready"; then per run the parent writes
-# a header line "<body bytes> <wall seconds> <output limit>" followed by a JSON body, which the run's
-# child (not the server) reads; the server answers with one JSON line written by a reporter child.
+# a header line "<request bytes> <tests bytes> <wall seconds> <output limit> <inode limit>" followed by
+# the JSON request and (graded runs) the JSON tests, which the run's child (not the server) reads; the
+# server answers with one JSON line written by a reporter child. A run's stdout, stderr and records are
+# memfds of the server's: no file of the sandbox's disk, so a full disk loses none of them.
 _ZYGOTE = _CHILD + r'''
-import datetime, json, re, select, shutil, stat, time  # stdlib the runs use, imported once, before any untrusted code
+import fcntl, json, re, select, shutil, stat, time  # stdlib the runs use, imported once, before any untrusted code
+
+_POLL_S = 0.005  # how often the server counts the disk's inodes during a run
 
 
 def _readline():
@@ -421,18 +1121,11 @@ def _send(data):
         view = view[os.write(1, view):]
 
 
-def _start(work, run, size, fds, base):
+def _start(work, run, sizes, fds, base):
     """The run's child: read the request, write the tree, then become the sandboxed runner."""
     code = 70
     try:
-        body = bytearray()
-        while len(body) < size:
-            chunk = os.read(0, size - len(body))
-            if not chunk:
-                raise EOFError("short request")
-            body += chunk
-        req = json.loads(bytes(body))
-        del body
+        req = json.loads(_read_exact(0, sizes[0]))
         os.setsid()
         root = os.path.join(run, "w")
         os.mkdir(root, 0o700)
@@ -444,16 +1137,25 @@ def _start(work, run, size, fds, base):
             with open(full, "w", encoding="utf-8") as f:
                 f.write(content)
         os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(fds[0], 1)
-        os.dup2(fds[1], 2)
-        for f in (null, *fds):
+        high = [fcntl.fcntl(f, fcntl.F_DUPFD, 10) for f in fds]
+        for f in fds:
+            os.close(f)
+        for f, target in zip(high, (1, 2, RES)):  # stdout, stderr, records
+            os.dup2(f, target)
             os.close(f)
         argv = [req["mode"], root, base or root, *req["args"], *req["paths"]]
-        del req
-        code = 0
-        _child(argv)
+        if req["mode"] == "graded":
+            packages = req["packages"]
+            del req
+            code = 0
+            _graded(argv, sizes[1], packages)  # reads the tests from fd 0 once the package's process is forked
+        else:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            del req
+            code = 0
+            _child(argv)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
@@ -465,23 +1167,42 @@ def _start(work, run, size, fds, base):
     os._exit(code)
 
 
-def _wait(pid, wall):
-    """True if the child was still running after `wall` seconds."""
+def _inodes_used(path):
+    st = os.statvfs(path)
+    return st.f_files - st.f_ffree
+
+
+def _wait(pid, wall, work, inodes):
+    """Why the child was stopped ("timeout": still running after `wall` seconds; "inodes": it made more
+    than `inodes` files, directories and links on the sandbox's disk), or None if it ended by itself."""
+    deadline = time.monotonic() + wall
+    base = _inodes_used(work) if work and inodes else None
+    if base is not None and not os.statvfs(work).f_files:
+        base = None  # a tmpfs without an inode count: nothing to poll
     try:
         pfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pfd = None
-    if pfd is not None:
-        try:
-            return not select.select([pfd], [], [], wall)[0]
-        finally:
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            step = left if base is None else min(left, _POLL_S)
+            if pfd is not None:
+                if select.select([pfd], [], [], step)[0]:
+                    return None
+            else:
+                end = time.monotonic() + step
+                while time.monotonic() < end:
+                    if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                        return None
+                    time.sleep(0.005)
+            if base is not None and _inodes_used(work) - base > inodes:
+                return "inodes"
+    finally:
+        if pfd is not None:
             os.close(pfd)
-    deadline = time.monotonic() + wall
-    while time.monotonic() < deadline:
-        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def _kill_all(pid, box):
@@ -520,16 +1241,19 @@ def _wipe(path):
     shutil.rmtree(path)
 
 
-def _report(work, run, fds, limit, status, timed_out, duration, box, keys):
+def _report(work, run, fds, limit, status, stop, duration, box, keys):
     """The reporter child: outputs back to the parent, the run's directory removed, leftovers checked."""
     code = 1
     try:
-        reply = {"status": status, "timed_out": timed_out, "duration": duration}
-        for name, fd in zip(("out", "err"), fds):
+        reply = {"status": status, "timed_out": stop == "timeout", "inodes": stop == "inodes", "duration": duration}
+        for name, fd in zip(("out", "err", "res"), fds):
             data = os.pread(fd, limit + 1, 0)
             reply[name] = data[:limit].decode("utf-8", "replace")
             reply[name + "_cut"] = len(data) > limit
             os.close(fd)
+        if box:
+            st = os.statvfs(work)
+            reply["disk_full"] = st.f_bavail * st.f_frsize < (256 << 10)  # what a write that met ENOSPC leaves
         residue = []
         try:
             _wipe(run)
@@ -559,6 +1283,7 @@ def _serve(work, kind, persistent):
         if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: no ptrace, no /proc/1/mem
             raise SystemExit("prctl(PR_SET_DUMPABLE) failed")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.freeze()  # what the server holds now is left out of its children's collections: fewer copied pages per fork
     keys = _lines("/proc/keys") if box else 0
     base = None if box else os.path.dirname(work)  # weak mode: the hook refuses other servers' directories
     _send(b"ready\n")
@@ -566,19 +1291,18 @@ def _serve(work, kind, persistent):
         header = _readline()
         if header is None:
             return
-        size, wall, limit = header.split()
-        size, wall, limit = int(size), float(wall), int(limit)
+        size, tsize, wall, limit, inodes = header.split()
+        sizes, wall, limit, inodes = (int(size), int(tsize)), float(wall), int(limit), int(inodes)
         run = os.path.join(work, "run")
         os.mkdir(run, 0o700)
         os.mkdir(os.path.join(run, "tmp"), 0o700)
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        fds = [os.open(os.path.join(run, name), flags, 0o600) for name in ("out", "err")]
+        fds = [os.memfd_create(name, 0) for name in ("out", "err", "res")]
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _start(work, run, size, fds, base)
-        timed_out = _wait(pid, wall)
-        if timed_out:
+            _start(work, run, sizes, fds, base)
+        stop = _wait(pid, wall, work if box else None, inodes)
+        if stop:
             _kill_all(pid, box)
         _, status = os.waitpid(pid, 0)
         duration = time.monotonic() - started
@@ -590,7 +1314,7 @@ def _serve(work, kind, persistent):
                 break
         rpid = os.fork()
         if rpid == 0:
-            _report(work, run, fds, limit, status, timed_out, duration, box, keys)
+            _report(work, run, fds, limit, status, stop, duration, box, keys)
         for fd in fds:
             os.close(fd)
         _, rstatus = os.waitpid(rpid, 0)
@@ -803,10 +1527,11 @@ class _Server:
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
 
-    def run(self, body: bytes, wall_s: float, limit: int) -> dict | None:
-        """The server's reply for one run; None if it stopped answering (the sandbox is then killed)."""
+    def run(self, request: bytes, wall_s: float) -> dict | None:
+        """The server's reply for one run (`request`: header line and bodies, see `_request`); None if it
+        stopped answering (the sandbox is then killed)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(b"%d %r %d\n" % (len(body), float(wall_s), limit) + body)
+        self.proc.stdin.write(request)
         self.proc.stdin.flush()
         line = self._line(time.monotonic() + wall_s + 30)
         if line is None:
@@ -852,7 +1577,7 @@ class _Zygote:
         cls._lock, cls._server, cls._proc = threading.Lock(), None, None
 
     @classmethod
-    def run(cls, plan: _Plan, body: bytes, wall_s: float, limit: int) -> dict | None:
+    def run(cls, plan: _Plan, request: bytes, wall_s: float) -> dict | None:
         if not _per_run():
             with cls._lock:
                 server = cls._server
@@ -867,7 +1592,7 @@ class _Zygote:
                             server = None
                 if server is not None:
                     try:
-                        reply = server.run(body, wall_s, limit)
+                        reply = server.run(request, wall_s)
                     except (OSError, ValueError):  # the server died under the run: retry once in a fresh sandbox
                         cls.failures += 1
                         cls.reset()
@@ -875,10 +1600,10 @@ class _Zygote:
                         if reply is None or reply.get("residue") or "error" in reply:
                             cls.reset()  # a fresh sandbox for the next run
                         return reply
-        return cls._once(plan, body, wall_s, limit)
+        return cls._once(plan, request, wall_s)
 
     @staticmethod
-    def _once(plan: _Plan, body: bytes, wall_s: float, limit: int) -> dict | None:
+    def _once(plan: _Plan, request: bytes, wall_s: float) -> dict | None:
         try:
             server = _Server(plan, persistent=False)
         except _StartError as e:
@@ -887,7 +1612,7 @@ class _Zygote:
                 f"(set {WEAK_ENV}=1 for the weak development mode)"
             ) from None
         try:
-            return server.run(body, wall_s, limit)
+            return server.run(request, wall_s)
         except (OSError, ValueError) as e:
             return {"error": f"the sandbox failed: {e}"}
         finally:
@@ -905,16 +1630,48 @@ def _safe_rel(path: str) -> str:
     return str(p)
 
 
-def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) -> SandboxResult:
-    plan = _plan()
-    tree = {_safe_rel(rel): content for rel, content in files.items()}
+MAX_VIOLATIONS = 20  # distinct violation lines a result keeps (the run writes them; it may write millions)
+
+
+def _request(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits, plan: _Plan,
+             tests: Mapping[str, str] | None = None, packages: Sequence[str] = ()) -> bytes:
+    """The fork server's request: a header line, the JSON request (files, runner arguments) and, for a
+    graded run, the JSON tests, which only the graded runner reads (after the package's process started)."""
+    extra = 3 if mode == "graded" else 1  # the fork server, and the graded runner and the package's process
     args = [
-        MARK, VIOLATION, str(limits.processes + 1) if plan.kind == "box" else "-",  # +1: the fork server
+        MARK, VIOLATION, str(limits.processes + extra) if plan.kind == "box" else "-",
         str(limits.memory_mb * 2**20), str(limits.cpu_s), str(limits.output_bytes), str(limits.open_files),
         str(limits.per_test_s),
     ]
-    body = json.dumps({"files": tree, "mode": mode, "args": args, "paths": paths}).encode()
-    reply = _Zygote.run(plan, body, limits.wall_s, limits.output_bytes)
+    body = json.dumps({"files": dict(files), "mode": mode, "args": args, "paths": paths, "packages": list(packages)}).encode()
+    more = json.dumps(dict(tests)).encode() if tests is not None else b""
+    header = b"%d %d %r %d %d\n" % (len(body), len(more), float(limits.wall_s), limits.output_bytes, limits.inodes)
+    return header + body + more
+
+
+def _records(text: str) -> tuple[dict[str, TestResult], bool]:
+    """The run's records (test id -> result) and whether the runner reached its end."""
+    tests: dict[str, TestResult] = {}
+    completed = False
+    for line in text.split("\n"):
+        if not line.startswith(MARK):
+            continue
+        try:
+            tid, outcome, message = ast.literal_eval(parse_python(line[len(MARK) :], mode="eval"))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if tid == "<end>":
+            completed = True
+        elif isinstance(tid, str) and len(tid) <= 1000:
+            tests[tid] = TestResult(tid, str(outcome)[:16], bounded(str(message), MAX_MESSAGE_CHARS))
+    return tests, completed
+
+
+def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits,
+         tests: Mapping[str, str] | None = None, packages: Sequence[str] = ()) -> SandboxResult:
+    plan = _plan()
+    tree = {_safe_rel(rel): content for rel, content in files.items()}
+    reply = _Zygote.run(plan, _request(tree, mode, paths, limits, plan, tests, packages), limits.wall_s)
     if reply is None:  # the sandbox itself stopped answering; it was killed
         return SandboxResult(None, "", "", float(limits.wall_s), timed_out=True, completed=False, isolation=plan.layers,
                              wall_limit_s=limits.wall_s)
@@ -924,34 +1681,27 @@ def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) 
     timed_out = bool(reply["timed_out"])
     stdout = reply["out"] + ("\n...[output truncated]" if reply["out_cut"] else "")
     stderr = reply["err"] + ("\n...[output truncated]" if reply["err_cut"] else "")
-    tests: dict[str, TestResult] = {}
-    completed = False
-    plain: list[str] = []
-    for line in stdout.split("\n"):
-        if not line.startswith(MARK):
-            plain.append(line)
-            continue
-        try:
-            tid, outcome, message = ast.literal_eval(parse_python(line[len(MARK) :], mode="eval"))
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-        if tid == "<end>":
-            completed = True
-        elif isinstance(tid, str):
-            tests[tid] = TestResult(tid, str(outcome), str(message))
-    violations = tuple(
-        dict.fromkeys(line[len(VIOLATION) :].strip() for line in stderr.splitlines() if line.startswith(VIOLATION))
-    )
+    records, completed = _records(reply["res"])
+    found = dict.fromkeys(line[len(VIOLATION) :].strip() for line in stderr.splitlines() if line.startswith(VIOLATION))
+    violations = tuple(bounded(v, 300) for v in list(found)[:MAX_VIOLATIONS])
+    if len(found) > MAX_VIOLATIONS:
+        violations += (f"... and {len(found) - MAX_VIOLATIONS} more violation lines",)
+    if reply.get("inodes"):
+        violations += (f"disk: the run made more than {limits.inodes} files, directories and links on the "
+                       "sandbox's disk (its inode limit) and was stopped",)
+    if reply.get("disk_full"):
+        violations += (f"disk: the sandbox's {WORK_MB} MiB disk was full (ENOSPC, no space left on device); "
+                       "the output and results up to then are kept",)
     if not timed_out and not completed and "MemoryError" in stderr:
         violations += ("memory: the run exceeded the memory limit",)
     return SandboxResult(
         returncode=None if timed_out else os.waitstatus_to_exitcode(int(reply["status"])),
-        stdout="\n".join(plain),
+        stdout=stdout,
         stderr="\n".join(line for line in stderr.splitlines() if not line.startswith(VIOLATION)).strip(),
         duration_s=round(float(reply["duration"]), 3),
         timed_out=timed_out,
         violations=violations,
-        tests=tuple(tests.values()),
+        tests=tuple(records.values()),
         completed=completed,
         isolation=plan.layers,
         wall_limit_s=limits.wall_s,
@@ -959,7 +1709,9 @@ def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits) 
 
 
 def run_tests(files: Mapping[str, str], test_paths: Sequence[str], limits: Limits = Limits()) -> SandboxResult:
-    """Run the `test_*` functions of `test_paths` (paths inside `files`) in a fresh sandbox."""
+    """Run the `test_*` functions of `test_paths` (paths inside `files`) in a fresh sandbox. The tests and
+    the code they test share one process, so the code can write the run's records itself: this is the
+    agent's own test run, never a grader's (a grader uses `run_graded_tests`)."""
     paths = [_safe_rel(p) for p in test_paths]
     missing = [p for p in paths if p not in files]
     if missing:
@@ -975,4 +1727,58 @@ def run_python(files: Mapping[str, str], script: str, limits: Limits = Limits())
     return _run(files, "script", [script], limits)
 
 
-__all__ = ["Limits", "SandboxError", "SandboxResult", "TestResult", "isolation", "run_python", "run_tests"]
+def expected_test_ids(tests: Mapping[str, str]) -> list[str]:
+    """The ids (`path::name`) of the test functions the graded runner runs: the top-level `def test*` of
+    each file, by the syntax tree, in file order and then source order."""
+    ids: list[str] = []
+    for path in sorted(tests):
+        tree = parse_python(tests[path])
+        names = [n.name for n in getattr(tree, "body", []) if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
+        ids += [f"{path}::{name}" for name in dict.fromkeys(names)]
+    return ids
+
+
+def run_graded_tests(package: Mapping[str, str], tests: Mapping[str, str], limits: Limits = Limits()) -> SandboxResult:
+    """A grader's test run: the tests (path -> source, the caller's own) against the package (path ->
+    source), in a fresh sandbox, with verdicts the package's code cannot write.
+
+    The tests run in a trusted runner that never runs the package's code; the package runs in its own
+    process (forked before the runner read the tests: the tests are in no file and no memory it can
+    reach), and the runner calls it through references, getting back plain values (builtin scalars and
+    containers, dates and times, Decimal, Fraction) that it compares in its own memory. Only the runner
+    holds the record channel. The result lists exactly `expected_test_ids(tests)`: a test that was not
+    reported is an error, a record for any other id makes the run fail (it cannot come from the runner),
+    and the run passes only if every expected test passed and the runner reached its end."""
+    pkg = {_safe_rel(p): c for p, c in package.items()}
+    srcs = {_safe_rel(p): c for p, c in tests.items()}
+    if not srcs or not all(p.endswith(".py") for p in srcs):
+        raise SandboxError("graded tests must be one or more .py files")
+    if set(pkg) & set(srcs):
+        raise SandboxError(f"paths both in the package and the tests: {sorted(set(pkg) & set(srcs))}")
+    tops = sorted({p.split("/", 1)[0].removesuffix(".py") for p in pkg})
+    shadowing = [t for t in tops if t in sys.stdlib_module_names or t in ("pytest", "tests") or not t.isidentifier()]
+    if shadowing:
+        raise SandboxError(f"package names the graded runner cannot route: {shadowing}")
+    expected = expected_test_ids(srcs)
+    result = _run(pkg, "graded", sorted(srcs), limits, tests=srcs, packages=tops)
+    got = {t.id: t for t in result.tests}
+    uncollected = {t.id.removesuffix("::<collect>") for t in result.tests if t.id.endswith("::<collect>")}
+    ordered: list[TestResult] = [got[f"{p}::<collect>"] for p in sorted(uncollected) if p in srcs]
+    for tid in expected:
+        path = tid.split("::", 1)[0]
+        if tid in got:
+            ordered.append(got[tid])
+        elif path in uncollected:
+            ordered.append(TestResult(tid, "error", f"not run: {path} could not be collected"))
+        else:
+            ordered.append(TestResult(tid, "error", "not run: the test run ended before this test was reported"))
+    unknown = sorted(set(got) - set(expected) - {f"{p}::<collect>" for p in srcs})
+    violations = result.violations
+    if unknown:
+        violations += (f"protocol: the run reported {len(unknown)} test(s) the grader does not know: "
+                       f"{bounded(', '.join(unknown), 300)}",)
+    return replace(result, tests=tuple(ordered), violations=violations)
+
+
+__all__ = ["Limits", "SandboxError", "SandboxResult", "TestResult", "expected_test_ids", "isolation", "run_graded_tests",
+           "run_python", "run_tests"]

@@ -340,6 +340,11 @@ def _run_case(name: str, api: str, host: dict) -> tuple[sandbox.SandboxResult, s
     limits = ROOMY if name == "memory_bomb" else QUICK
     if api == "run_python":
         result = sandbox.run_python({"evil.py": code}, "evil.py", limits)
+    elif api == "run_graded_tests":  # the code as the package's, called by a grader's test
+        package = {"evilpkg/__init__.py": "", "evilpkg/evil.py": "def run():\n" + textwrap.indent(code, "    ") + "\n"}
+        tests = {"tests/test_evil.py": "from evilpkg.evil import run\n\n\ndef test_evil():\n    run()\n\n\n"
+                                       "def test_after():\n    assert True\n"}
+        result = sandbox.run_graded_tests(package, tests, limits)
     else:
         test = "def test_evil():\n" + textwrap.indent(code, "    ") + "\n\n\ndef test_after():\n    assert True\n"
         result = sandbox.run_tests({"tests/test_evil.py": test}, ["tests/test_evil.py"], limits)
@@ -364,7 +369,7 @@ def _assert_contained(result: sandbox.SandboxResult, marker: str, host: dict) ->
 
 
 # -------------------------------------------------------------------------------------- hostile cases
-@pytest.mark.parametrize("api", ["run_python", "run_tests"])
+@pytest.mark.parametrize("api", ["run_python", "run_tests", "run_graded_tests"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_hostile_code_is_contained(name, api, host):
     result, marker = _run_case(name, api, host)
@@ -576,3 +581,149 @@ def test_a_parse_that_lost_the_ast_race_is_repeated_and_other_errors_are_not(mon
     monkeypatch.setattr(ast, "parse", lambda *a, **k: (_ for _ in ()).throw(SystemError("something else")))
     with pytest.raises(SystemError, match="something else"):
         parse_python("x = 1")
+
+
+# ------------------------------------------------------------------------- resource limits (issue 24.5)
+def test_many_files_meet_the_inode_limit_and_the_call_returns_inside_the_wall_limit():
+    """1.3 M empty files pinned 1.34 GB of kernel memory and the call took 23 s against a 15 s limit:
+    the run is stopped at the inode limit, and removing what it made fits in the slack."""
+    files = {"t/test_files.py": "import os\n\n\ndef test_files():\n    i = 0\n    while True:\n"
+                                "        os.close(os.open('f%d' % i, os.O_CREAT | os.O_WRONLY))\n        i += 1\n",
+             "t/test_dirs.py": "import os\n\n\ndef test_dirs():\n    i = 0\n    while True:\n        os.mkdir('d%d' % i)\n"
+                               "        i += 1\n"}
+    limits = sandbox.Limits(wall_s=4.0, per_test_s=60.0, cpu_s=30, inodes=5_000)
+    for path in sorted(files):
+        started = time.monotonic()
+        r = sandbox.run_tests(files, [path], limits)
+        took = time.monotonic() - started
+        assert r.stopped and "inode limit" in r.stopped and "5000 files" in r.stopped, r.report()
+        assert not r.timed_out and took < limits.wall_s + 1.5, took
+    assert sandbox.run_tests(files | {"t/test_ok.py": "def test_ok():\n    pass\n"}, ["t/test_ok.py"]).all_passed
+
+
+def test_a_full_disk_is_named_and_the_output_so_far_is_kept():
+    """When the tmpfs filled, every result was lost behind "the process exited early"."""
+    files = {"t/test_disk.py": (
+        "def test_fill():\n    print('before the disk filled')\n    chunk = b'x' * (1 << 20)\n    i = 0\n"
+        "    while True:\n        with open('big%d' % i, 'wb') as f:\n            f.write(chunk)\n        i += 1\n\n\n"
+        "def test_after():\n    print('after the disk filled')\n"
+    )}
+    r = sandbox.run_tests(files, ["t/test_disk.py"], sandbox.Limits(wall_s=20.0, per_test_s=15.0, cpu_s=20))
+    assert [(t.id, t.outcome) for t in r.tests] == [("t/test_disk.py::test_fill", "failed"), ("t/test_disk.py::test_after", "passed")]
+    assert "No space left on device" in r.tests[0].message
+    assert r.completed and r.stopped and "ENOSPC" in r.stopped and "exited early" not in r.stopped
+    assert "before the disk filled" in r.stderr and "after the disk filled" in r.stderr
+    assert sandbox.run_tests(files | {"t/test_ok.py": "def test_ok():\n    pass\n"}, ["t/test_ok.py"]).all_passed
+
+
+def test_what_a_run_writes_reaches_a_result_only_in_bounded_pieces():
+    flood = ("def test_flood():\n    for i in range(2000):\n        print('\\n[sandbox-violation] x' * 3, i, 'y' * 100)\n"
+             "    raise ValueError('z' * 10**6)\n")
+    r = sandbox.run_tests({"t/test_flood.py": flood}, ["t/test_flood.py"], sandbox.Limits(wall_s=20.0, per_test_s=15.0))
+    assert r.stopped and len(r.stopped) <= sandbox.MAX_STOPPED_CHARS + 60
+    assert r.stopped.endswith("more violation lines")
+    assert len(r.tests[0].message) <= sandbox.MAX_MESSAGE_CHARS + 60 and "characters cut" in r.tests[0].message
+    assert len(r.report()) <= 6000 + 60
+
+
+# ------------------------------------------------------------------------- graded runs (issue 24.1)
+GRADED_PKG = {
+    "calc/__init__.py": "from calc.ops import add\n",
+    "calc/ops.py": (
+        "import datetime\n\n\ndef add(a, b):\n    return a + b\n\n\ndef when():\n"
+        "    return datetime.datetime(2020, 1, 2, 3, 4, tzinfo=datetime.timezone.utc)\n\n\n"
+        "def check(s):\n    if not s.strip():\n        raise ValueError('empty')\n    return s.strip()\n\n\n"
+        "class Box:\n    def __init__(self, x):\n        self.x = x\n\n    def scaled(self, k):\n        return {'x': self.x * k}\n"
+    ),
+}
+GRADED_TESTS = {
+    "tests/test_calc.py": (
+        "import datetime\n\nimport pytest\nimport calc\nfrom calc.ops import Box, add, check, when\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5 and add('a', 'b') == 'ab' and add([1], (2,)) if False else add(2, 3) == 5\n\n\n"
+        "def test_raises():\n    with pytest.raises(ValueError, match='empty'):\n        check('  ')\n    assert check(' x ') == 'x'\n\n\n"
+        "def test_values():\n    assert when() == datetime.datetime(2020, 1, 2, 3, 4, tzinfo=datetime.timezone.utc)\n"
+        "    assert Box(3).scaled(2) == {'x': 6}\n    assert add(0.1, 0.2) == pytest.approx(0.3)\n\n\n"
+        "def test_identity():\n    assert calc.add is add and calc.ops.Box is Box and Box(1) is not Box(1)\n\n\n"
+        "def test_wrong():\n    assert add(2, 2) == 5\n"
+    ),
+}
+
+
+def test_a_graded_run_reports_exactly_the_tests_the_grader_wrote():
+    r = sandbox.run_graded_tests(GRADED_PKG, GRADED_TESTS)
+    assert [t.id for t in r.tests] == sandbox.expected_test_ids(GRADED_TESTS)
+    assert {t.id.split("::")[1]: t.outcome for t in r.tests} == {
+        "test_add": "passed", "test_raises": "passed", "test_values": "passed", "test_identity": "passed", "test_wrong": "failed"}
+    assert r.stopped is None and not r.all_passed
+    ok = {p: c.replace("def test_wrong():\n    assert add(2, 2) == 5\n", "") for p, c in GRADED_TESTS.items()}
+    assert sandbox.run_graded_tests(GRADED_PKG, ok).all_passed
+    with pytest.raises(sandbox.SandboxError, match="cannot route"):
+        sandbox.run_graded_tests({"json/__init__.py": ""}, GRADED_TESTS)
+
+
+def test_a_graded_test_compares_values_not_the_packages_objects():
+    """An object that says it equals anything is a reference in the runner: equal only to itself."""
+    liar = {"calc/__init__.py": "", "calc/ops.py": (
+        "class Anything:\n    def __eq__(self, other):\n        return True\n\n    def __bool__(self):\n        return True\n\n\n"
+        "def add(a, b):\n    return Anything()\n")}
+    tests = {"tests/test_c.py": "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+                                "def test_not_equal():\n    assert add(2, 3) != 5\n"}
+    r = sandbox.run_graded_tests(liar, tests)
+    assert [t.outcome for t in r.tests] == ["failed", "passed"], r.report()
+
+
+def test_a_test_that_times_out_or_ends_the_package_costs_only_that_test():
+    pkg = {"calc/__init__.py": "", "calc/ops.py": (
+        "import os\n\nSTATE = []\n\n\ndef spin():\n    while True:\n        pass\n\n\ndef die():\n    os._exit(3)\n\n\n"
+        "def push(x):\n    STATE.append(x)\n    return len(STATE)\n")}
+    tests = {"tests/test_c.py": (
+        "from calc.ops import die, push, spin\n\n\ndef test_1():\n    assert push(1) == 1\n\n\ndef test_2_spin():\n    spin()\n\n\n"
+        "def test_3():\n    assert push(1) == 1  # a fresh session: the state after import\n\n\ndef test_4_die():\n    die()\n\n\n"
+        "def test_5():\n    assert push(2) == 1\n\n\ndef test_6():\n    assert push(3) == 2\n")}
+    r = sandbox.run_graded_tests(pkg, tests, sandbox.Limits(wall_s=10.0, per_test_s=1.0))
+    got = {t.id.split("::")[1]: (t.outcome, t.message) for t in r.tests}
+    assert [got[k][0] for k in sorted(got)] == ["passed", "error", "passed", "error", "passed", "passed"], r.report()
+    assert "ran longer than 1.0 s" in got["test_2_spin"][1] and "exit status 3" in got["test_4_die"][1]
+    assert r.stopped and "timeout" in r.stopped
+
+
+def test_the_package_cannot_reach_the_tests_nor_the_record_channel(host):
+    """The package's process holds no copy of the tests (no file, no memory) and cannot open the
+    runner's record channel, even with the audit hook off."""
+    token = "coevolve-hidden-test-" + uuid.uuid4().hex
+    pkg = {"spy/__init__.py": "", "spy/look.py": OFF_GC + textwrap.dedent('''
+        import gc, os
+        def find(prefix):
+            found = []
+            for top in ("/sandbox", "/tmp", "/", os.getcwd()):
+                for d, _, names in os.walk(top) if top != "/" else [("/", [], os.listdir("/"))]:
+                    for n in names:
+                        try:
+                            if prefix in open(os.path.join(d, n), errors="replace").read():
+                                found.append(os.path.join(d, n))
+                        except OSError:
+                            pass
+            for o in gc.get_objects():
+                for v in (o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple)) else ()):
+                    if isinstance(v, str) and prefix in v and v != prefix:
+                        found.append("memory: " + v[:80])
+            return found
+        def channel():
+            opened = []
+            for pid in os.listdir("/proc"):
+                if pid.isdigit() and int(pid) != os.getpid():
+                    for fd in range(0, 16):
+                        try:
+                            os.close(os.open("/proc/%s/fd/%d" % (pid, fd), os.O_WRONLY))
+                            opened.append("%s/%d" % (pid, fd))
+                        except OSError:
+                            pass
+            return opened
+    ''')}
+    tests = {"tests/test_spy.py": (
+        f"from spy.look import channel, find\n\nTOKEN = {token!r}\n\n\n"
+        "def test_no_copy_of_the_tests():\n    found = find(TOKEN[:24])\n    assert found == [], found\n\n\n"
+        "def test_no_channel():\n    opened = channel()\n    assert opened == [], opened\n"
+    )}
+    r = sandbox.run_graded_tests(pkg, tests, sandbox.Limits(wall_s=20.0, per_test_s=15.0, cpu_s=20))
+    assert [t.outcome for t in r.tests] == ["passed", "passed"], r.report()

@@ -1,9 +1,12 @@
 """The refactor grader: reads the final repository, never the agent's words, and reports per requirement.
 
 AST checks (the old name gone, the helper exists and is called, no duplicate block left, the deprecated
-call gone, the package imports only allowed modules), then the visible and hidden tests, run in the
-sandbox against the agent's package with the checker's own copies of the tests (so deleting or editing
-tests cannot help; the visible test files must also still hold their test functions).
+call gone, the package keeps the task's rules on imports and names), then the visible and hidden tests,
+the checker's own copies (so deleting or editing tests cannot help; the visible test files must also
+still hold their test functions), as a graded run of the sandbox (`sandbox.run_graded_tests`): the tests
+run in a trusted runner the package's code cannot reach, and every test they define must be reported
+passed, so nothing the package does (printing result lines, exiting early, patching the runner) can
+write a pass. The AST rules are task rules, not that boundary.
 
 Reasons name what is wrong with the agent's own repository (its files, its lines, its failing tests)
 the way a failing test or a linter would; they count what is missing without naming it, and never say
@@ -13,10 +16,13 @@ why an instance was built the way it was.
 from __future__ import annotations
 
 import ast
+import importlib
+import types
+from functools import lru_cache
 
 from harness_store.values import Outcome
 from tasks import sandbox
-from tasks.base import Requirement, graded
+from tasks.base import Requirement, bounded, graded
 from tasks.refactor.env import ENV_LIMITS, RefactorEnv
 from tasks.refactor.plan import canonical_tests
 from tasks.refactor.world import CHANGELOG, RefactorWorld, original_files
@@ -47,16 +53,44 @@ def _places(n: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------ safety
+@lru_cache(maxsize=None)
+def public_names(module: str) -> frozenset[str]:
+    """What package code may take from an allowed standard-library module: its `__all__`, or (modules
+    without one) its names that do not start with an underscore and are not modules themselves."""
+    mod = importlib.import_module(module)
+    names = getattr(mod, "__all__", None)
+    if names is None:
+        names = [n for n, v in vars(mod).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)]
+    return frozenset(names)
+
+
 def safety_problems(tree: ast.AST, pkg: str) -> list[str]:
-    """Package code may only import allowed stdlib modules and its own package, and may not reach
-    the interpreter's internals: this keeps the checker's test run honest (defence in depth on top of
-    the sandbox, which protects the host)."""
+    """The task's rules for package code (a rule of the task, like "do not change behaviour", and not a
+    security boundary: the graded test run keeps the verdict honest whatever the code does, and the
+    sandbox keeps the host safe). Allow-lists: imports of the allowed standard-library modules and the
+    package itself only; of an imported module, only its public names (`enum.bltns`, the builtins module
+    under another name, is not one). Refused: calling the dynamic builtins (exec, eval, getattr, ...),
+    private and dunder attributes and names, and attributes that name interpreter internals. The rules
+    read the syntax tree, so code that computes a name at run time (operator.attrgetter with a string)
+    passes them; that is a breach of the task, not of the grader."""
     bad: list[str] = []
+    modules: dict[str, str] = {}  # a name bound by `import m` / `import m as a` -> the module it names
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imported.add(a.name)
+                modules[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             mods = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             mods = [] if node.level else [node.module or ""]
+            top = (node.module or "").split(".")[0]
+            if not node.level and top in ALLOWED_IMPORTS:
+                for a in node.names:
+                    if a.name != "*" and a.name not in public_names(node.module or ""):
+                        bad.append(f"imports {a.name} from {node.module}, which is not one of its public names")
         else:
             mods = []
         for m in mods:
@@ -67,6 +101,14 @@ def safety_problems(tree: ast.AST, pkg: str) -> list[str]:
             bad.append(f"calls {node.func.id}()")
         if isinstance(node, ast.Attribute) and (node.attr.startswith("_") or node.attr in BANNED_ATTRS):
             bad.append(f"uses attribute .{node.attr}")
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and modules.get(node.value.id, "").split(".")[0] in ALLOWED_IMPORTS
+        ):
+            mod = modules[node.value.id]
+            if node.attr not in public_names(mod) and f"{mod}.{node.attr}" not in imported:
+                bad.append(f"uses {node.value.id}.{node.attr}, which is not one of the public names of {mod}")
         if isinstance(node, ast.Name) and node.id.startswith("__") and node.id not in ("__all__", "__name__", "__doc__"):
             bad.append(f"uses {node.id}")
     return bad
@@ -244,20 +286,35 @@ def _first_line(text: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
+def expected_test_ids(tests: dict[str, str]) -> list[str]:
+    """The test ids the checker's own test files define (what a complete run must report)."""
+    return sandbox.expected_test_ids(tests)
+
+
 def run_checker_tests(w: RefactorWorld, files: dict[str, str]) -> Requirement:
-    """The visible and hidden tests (the checker's copies) against the agent's package, in the sandbox."""
-    tree = {p: c for p, c in files.items() if p.startswith(f"{w.pkg}/") and p.endswith(".py")}
-    tree.update(canonical_tests(w))
-    result = sandbox.run_tests(tree, sorted(p for p in tree if p.startswith("tests/")), ENV_LIMITS)
-    if result.all_passed:
+    """The visible and hidden tests (the checker's copies) against the agent's package, as a graded run:
+    the tests run in the sandbox's trusted runner, the package in a process of its own that can answer
+    calls but cannot write a verdict, and every test the checker's files define must be reported passed."""
+    package = {p: c for p, c in files.items() if p.startswith(f"{w.pkg}/") and p.endswith(".py")}
+    tests = canonical_tests(w)
+    result = sandbox.run_graded_tests(package, tests, ENV_LIMITS)
+    expected = expected_test_ids(tests)
+    reported = [t.id for t in result.tests if not t.id.endswith("::<collect>")]
+    if result.all_passed and reported == expected:
         return Requirement("tests_pass", True)
-    bad = [t for t in result.tests if t.outcome != "passed"]
+    uncollected = [t for t in result.tests if t.id.endswith("::<collect>")]
+    bad = [t for t in result.tests if t.outcome != "passed" and t not in uncollected]
     parts = []
     if result.stopped:
         parts.append(f"the sandbox stopped the test run: {result.stopped}")
+    if uncollected:
+        shown = [f"{t.id.removesuffix('::<collect>')} ({bounded(_first_line(t.message), 300)})" for t in uncollected]
+        parts.append(f"{len(uncollected)} test file(s) could not be loaded: {_listing(shown, 3)}")
     if bad:
-        shown = [f"{t.id} ({_first_line(getattr(t, 'message', '')) or t.outcome})" for t in bad]
-        parts.append(f"{len(bad)} of the {len(result.tests)} visible and hidden tests fail: {_listing(shown, 3)}")
+        shown = [f"{t.id} ({bounded(_first_line(t.message), 300) or t.outcome})" for t in bad]
+        parts.append(f"{len(bad)} of the {len(expected)} visible and hidden tests fail: {_listing(shown, 3)}")
+    if reported != expected:
+        parts.append(f"the test run reported {len(reported)} of the {len(expected)} tests")
     return Requirement("tests_pass", False, "; ".join(parts) or "no test ran")
 
 
