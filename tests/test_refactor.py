@@ -481,6 +481,38 @@ def test_sandbox_stops_or_refuses_model_code_and_env_reports_an_error(what):
     assert not ok.error and "passed" in ok.content
 
 
+# A 137-character test whose run printed a 1,155,817-character observation (issue 24.5): 99,999 distinct
+# lines that look like the sandbox's violation lines (each one quoted in the stop reason, which the
+# observation held twice) and a failing assertion.
+LOUD = 'def test_loud():\n    for i in range(99999):\n        print("\\n[sandbox-violation] disk:", i)\n    assert repr(list(range(99999))) == "", i\n'
+
+
+def test_a_short_test_cannot_flood_the_run_tests_observation():
+    from tasks.refactor.env import RUN_TESTS_CHARS
+    from tasks.sandbox import MAX_STOPPED_CHARS
+
+    assert len(LOUD) == 137
+    env = FAM.make_env(instance_with(kind="rename"))
+    assert env.call("write_file", {"path": "tests/test_loud.py", "content": LOUD}).content.startswith("wrote")
+    out = env.tool_run_tests("tests/test_loud.py")  # the tool itself, before TaskEnv.call's own cut
+    assert len(out.content) <= RUN_TESTS_CHARS, len(out.content)
+    assert out.error and out.content.startswith("error: the sandbox stopped the test run: disk: 0;")
+    assert out.content.rstrip().endswith("more violation lines")  # 20 quoted, the rest counted
+    assert "tests/test_loud.py::test_loud FAILED" in out.content
+    stopped = out.content.split("\n", 1)[0]
+    assert len(stopped) <= MAX_STOPPED_CHARS + 100
+
+
+def test_a_checker_reason_holds_a_bounded_piece_of_what_the_package_raised():
+    """A package function that raises with a megabyte of message: the grader's reason stays short."""
+    inst = instance_with(kind="rename")
+    env = solved_env(inst, FULL)
+    mod = env.world.spec["module"]
+    env.files[mod] = env.files[mod].replace("    return ", "    raise ValueError('x' * 10**6 + ' the end')\n    return ", 1)
+    reason = failed(FAM.check(env))["tests_pass"]
+    assert "ValueError: xxxx" in reason and len(reason) < 3_000, len(reason)
+
+
 # ------------------------------------------------------------------ results that do not depend on the clock
 def test_sandbox_report_and_stop_reason_hold_no_measured_duration():
     from tasks.sandbox import SandboxResult, TestResult
@@ -511,6 +543,7 @@ def _evolve_refactor(root: Path) -> tuple[str, int, float, int]:
     return result.harness_id, result.rollouts_used, result.evolved_val, len(result.accepted)
 
 
+@pytest.mark.slow  # about 90 s on the shared 2-core machine
 def test_refactor_evolution_is_the_same_on_a_quiet_and_a_loaded_machine(tmp_path, monkeypatch):
     """Issue 24.3: sandbox durations reached the observations, the evidence and the proposer's seed, so a
     loaded machine evolved another harness. The second run has every CPU busy and, to make the clock's

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness_store.values import TaskInstance, ToolSpec
 from tasks import sandbox
-from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult
+from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, bounded
 from tasks.refactor.world import RefactorWorld, original_files
 
 MAX_FILES = 300
@@ -17,6 +17,9 @@ MAX_FILE_CHARS = 200_000
 MAX_SEARCH_CHARS = 60_000
 PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$")
 ENV_LIMITS = sandbox.Limits(wall_s=15.0, per_test_s=2.0, cpu_s=10, memory_mb=256)
+# run_tests' observation: at most this many characters (the sandbox's stop reason is itself cut at
+# sandbox.MAX_STOPPED_CHARS and its report at 6,000), head and tail kept with a marker between
+RUN_TESTS_CHARS = 8_000
 
 
 class RefactorEnv(TaskEnv):
@@ -115,8 +118,9 @@ class RefactorEnv(TaskEnv):
         except sandbox.SandboxError as e:
             raise ToolArgError(str(e)) from e
         if result.stopped:
-            return ToolResult(f"error: the sandbox stopped the test run: {result.stopped}\n{result.report()}", error=True)
-        return ToolResult(result.report())
+            text = f"error: the sandbox stopped the test run: {result.stopped}\n{result.report()}"
+            return ToolResult(bounded(text, RUN_TESTS_CHARS), error=True)
+        return ToolResult(bounded(result.report(), RUN_TESTS_CHARS))
 
 
 # ------------------------------------------------------------------------------------- unified diff
