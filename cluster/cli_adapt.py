@@ -58,7 +58,7 @@ def _request(arm: str, family: str, harness: str, model: str, expert: str, judge
 
 
 def _print_manifest(m: dict[str, Any]) -> None:
-    from cluster.display import console
+    from cluster.display import console, escape
 
     console.print(f"dataset [bold]{m['id']}[/bold] ({m['arm']}): {m['rows']} rows at {m.get('path', '')}")
     console.print("  by provenance: " + ", ".join(f"{k} {v}" for k, v in sorted(m.get("by_kind", {}).items())))
@@ -71,7 +71,7 @@ def _print_manifest(m: dict[str, Any]) -> None:
     from agents.fit import build_cut_note
 
     if note := build_cut_note(m):
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {escape(note)}[/dim]")
     if m.get("notice"):
         console.print(f"[dim]note: {m['notice']}[/dim]")
 

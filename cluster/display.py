@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -176,7 +177,7 @@ def evolve_summary(out: dict[str, Any]) -> None:
         )
     console.print(f"evolved harness: {out['harness_id']}  (run {out['run_id']})")
     if out.get("context_note"):
-        console.print(f"[dim]note: {out['context_note']}[/dim]")
+        console.print(f"[dim]note: {escape(out['context_note'])}[/dim]")  # its [cut: ...] lines are text
     if out["model"].startswith("synthetic/"):
         testbed_notice()
 
