@@ -490,6 +490,8 @@ def test_without_bwrap_model_code_is_refused_unless_weak_mode_is_asked_for(monke
     assert r.all_passed and r.isolation[0] == "weak"
     r = sandbox.run_tests({"t/test_w.py": "def test_w():\n    open('/tmp/coevolve_weak_escape.txt', 'w')\n"}, ["t/test_w.py"])
     assert r.stopped and "filesystem" in r.stopped and not os.path.exists("/tmp/coevolve_weak_escape.txt")
+    r = sandbox.run_graded_tests(GRADED_PKG, GRADED_TESTS)  # runs, though its verdicts are not protected here
+    assert [t.outcome for t in r.tests].count("passed") == 4 and r.isolation[0] == "weak"
     sandbox._Zygote.reset()
 
 
@@ -644,13 +646,15 @@ GRADED_TESTS = {
         "def test_values():\n    assert when() == datetime.datetime(2020, 1, 2, 3, 4, tzinfo=datetime.timezone.utc)\n"
         "    assert Box(3).scaled(2) == {'x': 6}\n    assert add(0.1, 0.2) == pytest.approx(0.3)\n\n\n"
         "def test_identity():\n    assert calc.add is add and calc.ops.Box is Box and Box(1) is not Box(1)\n\n\n"
-        "def test_wrong():\n    assert add(2, 2) == 5\n"
+        "def test_wrong():\n    assert add(2, 2) == 5\n\n\n"
+        "async def test_not_a_test():\n    pass\n\n\nclass test_neither:\n    pass\n"
     ),
 }
 
 
 def test_a_graded_run_reports_exactly_the_tests_the_grader_wrote():
     r = sandbox.run_graded_tests(GRADED_PKG, GRADED_TESTS)
+    assert "bwrap" in r.isolation
     assert [t.id for t in r.tests] == sandbox.expected_test_ids(GRADED_TESTS)
     assert {t.id.split("::")[1]: t.outcome for t in r.tests} == {
         "test_add": "passed", "test_raises": "passed", "test_values": "passed", "test_identity": "passed", "test_wrong": "failed"}
@@ -670,6 +674,20 @@ def test_a_graded_test_compares_values_not_the_packages_objects():
                                 "def test_not_equal():\n    assert add(2, 3) != 5\n"}
     r = sandbox.run_graded_tests(liar, tests)
     assert [t.outcome for t in r.tests] == ["failed", "passed"], r.report()
+
+
+def test_a_graded_test_sees_subclasses_and_singletons_as_python_would():
+    """A subclass of a builtin type comes back as its base type's value, a singleton as the same reference."""
+    pkg = {"calc/__init__.py": "", "calc/ops.py": (
+        "import collections, enum\n\n\nclass Color(enum.Enum):\n    RED = 1\n\n\nclass Level(enum.IntEnum):\n    HIGH = 3\n\n\n"
+        "P = collections.namedtuple('P', 'x y')\n\n\ndef f():\n    return collections.OrderedDict(a=1)\n\n\n"
+        "def g():\n    return Level.HIGH\n\n\ndef h():\n    return P(1, 2)\n\n\ndef k():\n    return Color.RED\n\n\n"
+        "def c():\n    return collections.Counter('aab')\n")}
+    tests = {"tests/test_c.py": (
+        "from calc.ops import Color, c, f, g, h, k\n\n\ndef test_f():\n    assert f() == {'a': 1}\n\n\n"
+        "def test_g():\n    assert g() == 3\n\n\ndef test_h():\n    assert h() == (1, 2)\n\n\n"
+        "def test_k():\n    assert k() is Color.RED and k() == Color.RED\n\n\ndef test_c():\n    assert c() == {'a': 2, 'b': 1}\n")}
+    assert sandbox.run_graded_tests(pkg, tests).all_passed
 
 
 def test_a_test_that_times_out_or_ends_the_package_costs_only_that_test():
