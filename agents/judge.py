@@ -40,6 +40,7 @@ from harness_store.values import FAILURE_CATEGORIES, FailureLabel, FailureLocus,
 PROMPTS = Path(__file__).resolve().parent / "prompts"
 Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
 UNKNOWN = "unknown"
+MAX_CUT_LINES = 1000
 
 
 @dataclass
@@ -66,9 +67,10 @@ class RoleUsage:
         return self.prompt_tokens + self.completion_tokens
 
     def record_cuts(self, role: str, lines: list[str]) -> None:
+        """Count a fitted prompt and keep its cut lines (the first `MAX_CUT_LINES` of a long-lived total)."""
         if lines:
             self.fitted += 1
-            self.cuts += [f"{role}: {line}" for line in lines]
+            self.cuts += [f"{role}: {line}" for line in lines][: max(0, MAX_CUT_LINES - len(self.cuts))]
 
     def as_json(self) -> dict[str, Any]:
         """The counts; `fitted`, `failed_calls` and `cuts` only when there are any."""

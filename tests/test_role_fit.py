@@ -193,6 +193,19 @@ def test_a_prompt_that_cannot_fit_is_reported_as_not_fitting():
     assert not f.fits and f.tokens > f.limit and f.record()[-1].endswith(f"of {f.limit} allowed")
 
 
+def test_role_usage_reports_cuts_only_when_there_are_any_and_keeps_a_bounded_record():
+    from agents.judge import MAX_CUT_LINES, RoleUsage
+
+    u = RoleUsage()
+    assert set(u.as_json()) == {"calls", "tokens", "prompt_tokens", "completion_tokens", "usd", "unparseable"}
+    u.record_cuts("judge_locate", [])
+    assert u.fitted == 0 and "cuts" not in u.as_json()
+    for _ in range(MAX_CUT_LINES):
+        u.record_cuts("judge_locate", ["a", "b"])
+    assert u.fitted == MAX_CUT_LINES and len(u.cuts) == MAX_CUT_LINES and u.cuts[0] == "judge_locate: a"
+    assert u.as_json()["fitted"] == MAX_CUT_LINES
+
+
 # ------------------------------------------------------------------ counting
 @pytest.fixture(scope="module")
 def payroll_failures():
