@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from contextlib import contextmanager
 from math import sqrt
 from pathlib import Path
@@ -136,6 +137,7 @@ def measure(model: str, family: str, n: int, seeds: int, harness: Any, concurren
         "one_valid_share": one / turns if turns else 0.0,
         "one_valid_ci95": wilson(one, turns),
         "unreadable": sum("constrained_error" in turn.events for t in trajs for turn in t.turns),
+        "calls_by_tool": dict(Counter(c["name"] for t in trajs for turn in t.turns for c in turn.tool_calls).most_common()),
         "errors": sorted({t.error_detail[:160] for t in trajs if t.error == "infra"})[:3],
         "wall_s": round(wall, 1),
     }
@@ -156,7 +158,7 @@ def served(config: str | None, overrides: list[str]):
     HarnessStore(store).close()
     os.environ["COEVOLVE_STORE"] = str(store)
     os.environ.pop("COEVOLVE_SERVE_URL", None)
-    start_ray(None, None)
+    start_ray(None, None, log_to_driver=False)  # replica logs stay in Ray's log folder, off stdout
     try:
         progress(f"starting the Serve app from {config} ...")
         state = start_serving(cfg, store)
@@ -226,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode:12} {r['turns']:6d} {r['valid_share']:9.1%} [{v[0]:5.1%}, {v[1]:5.1%}] {r['valid']:5d}"
               f" {r['one_valid_share']:9.1%} [{o[0]:5.1%}, {o[1]:5.1%}] {r['one_valid']:5d}"
               f" {r['unreadable']:10d} {r['pass_rate']:7.1%} {r['mean_turns']:13.1f} {r['wall_s']:6.1f}s")
+        if r["calls_by_tool"]:
+            print(f"  calls: {', '.join(f'{k} {v}' for k, v in r['calls_by_tool'].items())}")
         if r["infra"]:
             print(f"  {r['infra']} infra rollouts: {r['errors']}")
     return 0

@@ -170,9 +170,7 @@ def test_cli_apply_show_and_diff_of_a_decoding_edit_and_a_bad_one_changes_nothin
         for base in ("iot:baseline", new_id):
             r = _cli("harness", "apply", base, edit, "--store", store)
             lines = [line for line in r.stderr.splitlines() if line.strip()]
-            assert r.exit_code == 2 and len(lines) == 1 and lines[0] == f"error: {message}" or (
-                r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}")
-            ), r.stderr
+            assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), r.stderr
     assert [(r.id, r.parent) for r in HarnessStore(store, create=False).list_harnesses()] == before
     assert HarnessStore(store, create=False).get_harness(new_id).decoding == DecodingPolicy("constrained", None, 128)
 
