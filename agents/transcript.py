@@ -44,12 +44,19 @@ def grader_report(traj: Trajectory) -> list[dict[str, Any]]:
 
 
 def tool_schemas(traj: Trajectory) -> list[dict[str, Any]]:
-    """The tools the model was offered (from the harness, via the family)."""
+    """The tools the model was offered (from the harness, via the family). A family's helper tools
+    (`tasks.helpers`) are offered only by harnesses that add them: they are listed when the rollout
+    called one, else left out (a trajectory does not carry its harness)."""
     from tasks import get_family
+    from tasks.helpers import helper_specs
 
+    family = get_family(traj.instance.family)
+    helpers = {t.impl for t in helper_specs(family)}
+    called = {c.get("function", {}).get("name") for m in traj.messages for c in m.get("tool_calls") or ()}
     return [
         {"name": s.name, "description": s.description, "parameters": s.parameters}
-        for s in get_family(traj.instance.family).make_env(traj.instance).tool_specs()
+        for s in family.make_env(traj.instance).tool_specs()
+        if s.impl not in helpers or s.name in called
     ]
 
 

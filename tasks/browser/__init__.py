@@ -23,7 +23,7 @@ from harness_store.values import Outcome, TaskInstance, ToolSpec
 from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
 from tasks.browser.backends import ChromiumBrowser, chromium_available
 from tasks.browser.checker import check, final_state
-from tasks.browser.env import TOOLS, BrowserEnv
+from tasks.browser.env import HELPER_TOOLS, TOOLS, BrowserEnv
 from tasks.browser.plan import plan
 from tasks.browser.world import BrowserWorld, build_world, money
 
@@ -294,6 +294,11 @@ class BrowserFamily(TaskFamily):
 
     def baseline_tools(self) -> tuple[ToolSpec, ...]:
         return TOOLS
+
+    def optional_tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools the environment offers beside the baseline's (domain computation over data the base
+        tools expose); an `add_tool` edit naming one adds it to a harness (`tasks.helpers`)."""
+        return HELPER_TOOLS
 
     # ------------------------------------------------------------------------------ solution
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:

@@ -24,7 +24,7 @@ from tasks.browser.dom import (
     options,
     render_tree,
 )
-from tasks.browser.world import BrowserWorld
+from tasks.browser.world import STATUSES, BrowserWorld, money
 
 MAX_URL = 2000
 MAX_TEXT = 5000
@@ -50,7 +50,7 @@ class BrowserEnv(TaskEnv):
             raise ValueError(f"unknown browser backend {backend!r} (text, chromium)")
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        return (*TOOLS, FINISH_TOOL)
+        return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     def close(self) -> None:
         self.session.close()
@@ -173,6 +173,59 @@ class BrowserEnv(TaskEnv):
         self.answer = answer.strip()
         return f"answer recorded: {self.answer}"
 
+    # ------------------------------------------------------------------------------ helper tools
+    # Not in the baseline harness. They read what the admin's grids and pages show (the application's
+    # current state), in-process for both backends, and change nothing.
+    def tool_find_order(self, order_number: str) -> str:
+        if not isinstance(order_number, str) or not order_number.strip().lstrip("#").isdigit() or len(order_number) > 40:
+            raise ToolArgError("order_number must be an order number such as 000000123 or #000000123")
+        n = int(order_number.strip().lstrip("#"))
+        o = next((x for x in self.world.orders if int(x.number) == n), None)
+        if o is None:
+            return f"no order has the number {order_number.strip()}"
+        c = self.world.customer(o.customer_id)
+        return (
+            f"order #{o.number}: entity id {o.eid}, admin page /admin/orders/{o.eid}; placed {o.placed}, status "
+            f"{STATUSES[self.app.orders[o.eid].status]}, bill-to {c.name if c else '?'}, grand total {money(o.total)}"
+        )
+
+    def tool_find_customers(self, query: str) -> str:
+        if not isinstance(query, str) or not query.strip() or len(query) > 200:
+            raise ToolArgError("query must be a name or email (or part of one)")
+        needle = query.strip().lower()
+        hits = [c for c in self.world.customers if needle in c.name.lower() or needle in c.email.lower()]
+        if not hits:
+            return f"no customer's name or email contains {query.strip()[:100]!r}"
+        lines = [f"customers matching {query.strip()[:100]!r}: id | name | email | admin page | orders"]
+        lines += [
+            f"{c.id} | {c.name} | {c.email} | /admin/customers/{c.id} | "
+            f"{sum(o.customer_id == c.id for o in self.world.orders)}"
+            for c in hits
+        ]
+        return "\n".join(lines)
+
+    def tool_latest_order(self, customer_id: int) -> str:
+        c = self.world.customer(customer_id) if isinstance(customer_id, int) and not isinstance(customer_id, bool) else None
+        if c is None:
+            raise ToolArgError(f"no customer with id {str(customer_id)[:40]}")
+        mine = [o for o in self.world.orders if o.customer_id == c.id]
+        if not mine:
+            return f"customer {c.id} ({c.name}) has no orders"
+        o = max(mine, key=lambda x: x.placed)
+        return (
+            f"customer {c.id} ({c.name}, {c.email}): most recent of {len(mine)} orders is #{o.number}, placed "
+            f"{o.placed}, status {STATUSES[self.app.orders[o.eid].status]}, grand total {money(o.total)}"
+        )
+
+    def tool_forum_form(self, forum: str) -> str:
+        if not isinstance(forum, str) or not forum.strip() or len(forum) > 200:
+            raise ToolArgError("forum must be a forum's name or slug")
+        want = forum.strip().lower()
+        f = next((x for x in self.world.forums if want in (x.name.lower(), x.slug)), None)
+        if f is None:
+            raise ToolArgError(f"no forum {forum.strip()[:100]!r} (forums: {', '.join(x.name for x in self.world.forums)})")
+        return f"forum {f.name!r}: new-post form at /f/{f.slug}/submit"
+
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
@@ -196,4 +249,18 @@ TOOLS: tuple[ToolSpec, ...] = (
              _obj({"form": ELEMENT}, ["form"]), "submit"),
     ToolSpec("answer", "Give the answer to a question the task asks. The last answer counts.",
              _obj({"answer": {"type": "string", "minLength": 1}}, ["answer"]), "answer"),
+)
+
+HELPER_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("find_order", "Find an order by the order number customers and tasks quote: its entity id and admin "
+             "page URL, date, status, bill-to name and grand total, as the Orders grid shows them.",
+             _obj({"order_number": {"type": "string", "minLength": 1}}, ["order_number"]), "find_order"),
+    ToolSpec("find_customers", "Customers whose name or email contains the query: id, name, email, admin page URL "
+             "and number of orders, as the Customers grid shows them.",
+             _obj({"query": {"type": "string", "minLength": 1}}, ["query"]), "find_customers"),
+    ToolSpec("latest_order", "A customer's most recent order (by purchase date): its number, date, status and "
+             "grand total exactly as the admin shows it.",
+             _obj({"customer_id": {"type": "integer"}}, ["customer_id"]), "latest_order"),
+    ToolSpec("forum_form", "The URL of the new-post form of a forum, by the forum's name or slug.",
+             _obj({"forum": {"type": "string", "minLength": 1}}, ["forum"]), "forum_form"),
 )

@@ -14,6 +14,11 @@ from typing import Any
 
 TRAP_RATE = {1: 0.15, 2: 0.3, 3: 0.5}
 KIND_WEIGHTS = {"status": 4, "answer": 3, "forum": 3}
+# size 0, the small-model level (docs/results/real-weights-design.md): four customers, six one-item
+# orders, three forums of one post each; order numbers run at most three ahead of entity ids
+SMALL_CUSTOMERS = 4
+SMALL_ORDERS = 6
+SMALL_FORUMS = 3
 
 STATUSES: dict[str, str] = {
     "pending": "Pending",
@@ -181,13 +186,14 @@ def _items(rng: random.Random, size: int) -> tuple[tuple[str, str, int, int], ..
 def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
     rng = random.Random(seed)
     difficulty = int(params["difficulty"])
+    small = int(params["size"]) == 0
     size = max(1, int(params["size"]))
     rate = TRAP_RATE.get(difficulty, 0.5)
     kind = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0]
     traps: list[str] = []
 
     # ---------------------------------------------------------------- customers
-    n_customers = 6 + 6 * size
+    n_customers = SMALL_CUSTOMERS if small else 6 + 6 * size
     names = _pick_names(rng, n_customers)
     dup = kind == "answer" and rng.random() < rate
     if dup:  # two customers share a name; the other one comes first in the grid
@@ -205,9 +211,9 @@ def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
         customers[impostor - 1] = Customer(impostor, tc.name, f"{other_local}@{rng.choice(MAIL_DOMAINS)}")
 
     # ---------------------------------------------------------------- orders
-    n_orders = 10 + 14 * size
+    n_orders = SMALL_ORDERS if small else 10 + 14 * size
     base = rng.randint(100, 400)
-    offset = rng.randint(2, 6) if rng.random() < rate else 0  # order numbers run ahead of entity ids
+    offset = rng.randint(2, 3 if small else 6) if rng.random() < rate else 0  # order numbers run ahead of entity ids
     owners = [rng.randint(1, n_customers) for _ in range(n_orders)]
     # the answer task's customer (and the impostor) have at least two orders
     slots = rng.sample(range(n_orders), 4)
@@ -226,7 +232,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
                 number=f"{eid + offset:09d}",
                 customer_id=owners[i],
                 placed=placed,
-                items=_items(rng, size),
+                items=_items(rng, 0 if small else size),
                 shipping=rng.choice((0, 499, 999)),
                 status=status,
                 history=((placed, status if status in ("pending", "processing") else "pending", "Order placed.", False),),
@@ -247,6 +253,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
             traps.append("id_offset")
         last_eid = base + n_orders - 1
         candidates = [o for o in orders if o.eid + offset <= last_eid and o.status not in ("canceled", "closed")]
+        candidates = candidates or [o for o in orders if o.eid + offset <= last_eid]  # its status is reset below
         target = rng.choice(candidates)
         j = orders.index(target)
         orders[j] = target = replace(target, status=rng.choice(("pending", "processing")))
@@ -273,7 +280,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
         fields = {"customer_id": target_c, "impostor_id": impostor}
 
     # ---------------------------------------------------------------- forum
-    n_forums = 4 + 4 * size
+    n_forums = SMALL_FORUMS if small else 4 + 4 * size
     pool = list(FORUMS)
     rng.shuffle(pool)
     forum_defs = [pool[i % len(pool)] for i in range(n_forums)]
@@ -284,7 +291,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
         forums.append(Forum(slugify(name), name, desc))
     posts: list[Post] = []
     for f in forums:
-        for _ in range(2 + size):
+        for _ in range(1 if small else 2 + size):
             t, b = rng.choice(POST_TOPICS)
             x, n = rng.choice(TOPIC_WORDS), rng.randint(2, 40)
             author = rng.choice(names).split()[0].lower() + str(rng.randint(1, 99))

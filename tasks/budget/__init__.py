@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from harness_store.values import Outcome, TaskInstance, ToolSpec
 from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
 from tasks.budget.checker import check
-from tasks.budget.env import TOOLS, BudgetEnv, policy_text
+from tasks.budget.env import HELPER_TOOLS, TOOLS, BudgetEnv, policy_text
 from tasks.budget.plan import REASON_TEXT, decide, plan
 from tasks.budget.world import DECISIONS, REASONS, BudgetWorld, Request, build_world, usd
 
@@ -261,6 +261,11 @@ class BudgetFamily(TaskFamily):
 
     def baseline_tools(self) -> tuple[ToolSpec, ...]:
         return TOOLS
+
+    def optional_tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools the environment offers beside the baseline's (domain computation over data the base
+        tools expose); an `add_tool` edit naming one adds it to a harness (`tasks.helpers`)."""
+        return HELPER_TOOLS
 
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:
         return plan(self.world(instance.seed, instance.params), knowledge)

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness_store.values import TaskInstance, ToolSpec
 from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
-from tasks.budget.world import DECISIONS, REASONS, BudgetWorld, Request
+from tasks.budget.world import DECISIONS, REASONS, BudgetWorld, Request, _money, usd
 
 
 def policy_text(w: BudgetWorld) -> str:
@@ -51,7 +51,7 @@ class BudgetEnv(TaskEnv):
         self.register: dict[str, dict[str, Any]] = {}  # request id -> latest decision
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        return (*TOOLS, FINISH_TOOL)
+        return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     def tool_read_policy(self) -> str:
         return policy_text(self.world)
@@ -100,6 +100,48 @@ class BudgetEnv(TaskEnv):
 
     def tool_escalate_request(self, request_id: str, reason_code: str = "above_approval_limit") -> str:
         return self._single(request_id, "escalate", reason_code, None)
+
+    # ------------------------------------------------------------------ helper tools (not in the baseline)
+    def tool_usd_amount(self, request_id: str) -> str:
+        r = self._request(request_id)
+        amount = usd(self.world, r)
+        if r.currency == "USD":
+            return f"{r.id}: {r.amount:,.2f} USD"
+        return f"{r.id}: {r.amount:,.2f} {r.currency} = {amount:,.2f} USD (1 {r.currency} = {self.world.fx[r.currency]} USD)"
+
+    def tool_remaining_budget(self, department: str, request_ids: list[str]) -> str:
+        w = self.world
+        if not isinstance(department, str) or department not in w.balances:
+            raise ToolArgError(f"unknown department {str(department)[:40]!r}; departments: {', '.join(w.balances)}")
+        if not isinstance(request_ids, list) or len(request_ids) > len(w.requests):
+            raise ToolArgError("request_ids must be a list of request ids (empty for none)")
+        rs = [self._request(x) for x in request_ids]
+        if len({r.id for r in rs}) != len(rs):
+            raise ToolArgError("a request appears twice in request_ids")
+        other = [r.id for r in rs if r.department != department]
+        if other:
+            raise ToolArgError(f"not requests of {department}: {', '.join(other)}")
+        total = _money(sum(usd(w, r) for r in rs))
+        left = _money(w.balances[department] - total)
+        return (
+            f"{department}: posted balance {w.balances[department]:,.2f} USD - {len(rs)} request"
+            f"{'s' if len(rs) != 1 else ''} totalling {total:,.2f} USD = {left:,.2f} USD left"
+        )
+
+    def tool_vendor_requests(self, department: str, vendor_tax_id: str) -> str:
+        w = self.world
+        if not isinstance(department, str) or department not in w.balances:
+            raise ToolArgError(f"unknown department {str(department)[:40]!r}; departments: {', '.join(w.balances)}")
+        if not isinstance(vendor_tax_id, str) or not vendor_tax_id.strip():
+            raise ToolArgError("vendor_tax_id must be a tax ID such as 12-3456789")
+        rs = [r for r in w.requests if r.department == department and r.vendor_tax_id == vendor_tax_id.strip()]
+        if not rs:
+            return f"{department} has no requests from a vendor with tax ID {vendor_tax_id.strip()[:40]}"
+        total = _money(sum(usd(w, r) for r in rs))
+        plural = "s" if len(rs) != 1 else ""
+        lines = [f"{department}, vendor tax ID {rs[0].vendor_tax_id}: {len(rs)} request{plural}, {total:,.2f} USD in total"]
+        lines += [f"- {r.id} ({r.vendor}): {usd(w, r):,.2f} USD, {r.quotes_attached} quotes attached" for r in rs]
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ helpers
     def _single(self, request_id: Any, decision: str, reason_code: Any, comment: Any) -> str:
@@ -239,5 +281,39 @@ TOOLS: tuple[ToolSpec, ...] = (
             "additionalProperties": False,
         },
         "escalate_request",
+    ),
+)
+
+HELPER_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "usd_amount",
+        "A request's amount converted to USD at the purchasing policy's exchange rate.",
+        {"type": "object", "properties": {"request_id": _REQUEST_ID}, "required": ["request_id"],
+         "additionalProperties": False},
+        "usd_amount",
+    ),
+    ToolSpec(
+        "remaining_budget",
+        "A department's posted balance minus the USD total of the given requests of that department (for "
+        "example the ones approved so far).",
+        {
+            "type": "object",
+            "properties": {"department": {"type": "string"}, "request_ids": {"type": "array", "items": _REQUEST_ID}},
+            "required": ["department", "request_ids"],
+            "additionalProperties": False,
+        },
+        "remaining_budget",
+    ),
+    ToolSpec(
+        "vendor_requests",
+        "A department's requests from vendors with one tax ID: each one's USD amount and quotes attached, and "
+        "their USD total.",
+        {
+            "type": "object",
+            "properties": {"department": {"type": "string"}, "vendor_tax_id": {"type": "string"}},
+            "required": ["department", "vendor_tax_id"],
+            "additionalProperties": False,
+        },
+        "vendor_requests",
     ),
 )

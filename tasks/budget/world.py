@@ -43,6 +43,8 @@ PEOPLE = ("A. Novak", "B. Osei", "C. Park", "D. Reyes", "E. Sato", "F. Tanaka", 
           "I. Wong", "J. Yilmaz", "K. Zhou", "L. Adams", "M. Brandt", "N. Costa")  # fmt: skip
 COMPANIES = ("Northwind", "Contoso", "Fabrikam", "Tailspin", "Wingtip")
 MONEY_TOL = 0.005
+SMALL_DEPARTMENTS = 2  # size 0 (docs/results/real-weights-design.md)
+SMALL_REQUESTS = 3  # requests drawn from the base outcomes at size 0 (traps add their own)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
     rng = random.Random(seed)
     difficulty = int(params["difficulty"])
     size = int(params["size"])
+    small = size == 0  # the small-model level: two departments, three requests before the traps' own
     trap_rate = TRAP_RATE.get(difficulty, TRAP_RATE[3])
     company = rng.choice(COMPANIES)
     day = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
@@ -103,7 +106,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
     quote_threshold = float(rng.choice((5000, 7500, 10000, 12500)))
     quotes_required = rng.choice((2, 3))
     fx = {"USD": 1.0, "EUR": round(rng.uniform(1.04, 1.14), 3), "GBP": round(rng.uniform(1.2, 1.34), 3)}
-    departments = rng.sample(DEPARTMENTS, 3 + size)
+    departments = rng.sample(DEPARTMENTS, SMALL_DEPARTMENTS if small else 3 + size)
     names = [f"{a} {b}" for a in VENDOR_A for b in VENDOR_B]
     rng.shuffle(names)
     used_tax: set[str] = set()
@@ -145,7 +148,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
         d["amount_usd"] = _money(d["amount"] * fx[cur])
         d["quotes"] = quotes_required + rng.randint(0, 1) if amount_usd > quote_threshold * 0.95 else rng.randint(0, 2)
 
-    n_base = 8 * size - 2
+    n_base = SMALL_REQUESTS if small else 8 * size - 2
     outcomes = [o for o, _ in BASE_OUTCOMES]
     weights = [p for _, p in BASE_OUTCOMES]
     picks = rng.choices(outcomes, weights, k=n_base)

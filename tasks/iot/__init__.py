@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from harness_store.values import Outcome, TaskInstance, ToolSpec
 from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
 from tasks.iot.checker import check
-from tasks.iot.env import TOOLS, IotEnv
+from tasks.iot.env import HELPER_TOOLS, TOOLS, IotEnv
 from tasks.iot.plan import detect, plan
 from tasks.iot.world import IotWorld, build_world
 
@@ -192,6 +192,11 @@ class IotFamily(TaskFamily):
 
     def baseline_tools(self) -> tuple[ToolSpec, ...]:
         return TOOLS
+
+    def optional_tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools the environment offers beside the baseline's (domain computation over data the base
+        tools expose); an `add_tool` edit naming one adds it to a harness (`tasks.helpers`)."""
+        return HELPER_TOOLS
 
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:
         return plan(self.world(instance.seed, instance.params), knowledge)

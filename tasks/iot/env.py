@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from harness_store.values import TaskInstance, ToolSpec
 from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, read_only_authorizer
@@ -30,7 +31,7 @@ class IotEnv(TaskEnv):
         self.db.set_authorizer(read_only_authorizer)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        return (*TOOLS, FINISH_TOOL)
+        return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     def tool_sql_query(self, query: str) -> ToolResult:
         if not isinstance(query, str) or not query.strip():
@@ -64,6 +65,64 @@ class IotEnv(TaskEnv):
 
     def tool_list_objects(self) -> str:
         return "\n".join(sorted(self.objects)) or "(empty)"
+
+    # ------------------------------------------------------------------ helper tools (not in the baseline)
+    def _cell(self, machine: Any, sensor: Any) -> tuple[str, str]:
+        w = self.world
+        if not isinstance(machine, str) or machine not in w.machines:
+            raise ToolArgError(f"unknown machine {str(machine)[:40]!r} (machines: {', '.join(w.machines)})")
+        if not isinstance(sensor, str) or sensor not in w.sensors:
+            raise ToolArgError(f"unknown sensor {str(sensor)[:40]!r} (sensors: {', '.join(w.sensors)})")
+        return machine, sensor
+
+    def tool_applicable_range(self, machine: str, sensor: str) -> str:
+        m, s = self._cell(machine, sensor)
+        lo, hi = self.world.ranges[s]
+        if (m, s) in self.world.overrides:
+            olo, ohi = self.world.overrides[(m, s)]
+            return f"{m} {s}: min {olo:g}, max {ohi:g} (override row; the default for {s} is {lo:g} to {hi:g})"
+        return f"{m} {s}: min {lo:g}, max {hi:g} (the default for {s}; no override row)"
+
+    def tool_out_of_range_runs(self, machine: str, sensor: str, min: float, max: float, min_length: int = 1) -> str:
+        m, s = self._cell(machine, sensor)
+        for name, v in (("min", min), ("max", max)):
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise ToolArgError(f"{name} must be a number")
+        if min > max:
+            raise ToolArgError("min must not be greater than max")
+        if not isinstance(min_length, int) or isinstance(min_length, bool) or min_length < 1:
+            raise ToolArgError("min_length must be a whole number of readings, at least 1")
+        runs = out_of_range_runs(self.world.readings[(m, s)], float(min), float(max))
+        kept = [r for r in runs if r[1] - r[0] >= min_length]
+        w = self.world
+        nulls = sum(v is None for v in w.readings[(m, s)])
+        head = (f"{m} {s}, outside [{min:g}, {max:g}] (a reading equal to min or max is inside; NULL ends a run): "
+                f"{len(kept)} run{'s' if len(kept) != 1 else ''} of at least {min_length} reading{'s' if min_length != 1 else ''}")
+        lines = [head] + [
+            f"- start {w.timestamps[i]}, end {w.timestamps[j - 1]}, {j - i} readings, peak {_fmt(peak)}" for i, j, peak in kept
+        ]
+        if nulls:
+            lines.append(f"({nulls} NULL reading{'s' if nulls != 1 else ''})")
+        return "\n".join(lines)
+
+
+def out_of_range_runs(values: tuple[float | None, ...], lo: float, hi: float) -> list[tuple[int, int, float]]:
+    """(first index, end index, peak) of each maximal run of readings strictly outside [lo, hi]; a NULL
+    is never outside and ends a run; the peak is the reading furthest from the middle of [lo, hi]."""
+    mid = (lo + hi) / 2
+    out, i = [], 0
+    while i < len(values):
+        v = values[i]
+        if v is None or lo <= v <= hi:
+            i += 1
+            continue
+        j = i
+        while j < len(values) and values[j] is not None and not lo <= values[j] <= hi:  # type: ignore[operator]
+            j += 1
+        run = [x for x in values[i:j] if x is not None]
+        out.append((i, j, max(run, key=lambda x: abs(x - mid))))
+        i = j
+    return out
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -103,5 +162,38 @@ TOOLS: tuple[ToolSpec, ...] = (
         "List the keys in the object store.",
         {"type": "object", "properties": {}, "additionalProperties": False},
         "list_objects",
+    ),
+)
+
+_CELL = {
+    "machine": {"type": "string", "description": "a machine code such as M01"},
+    "sensor": {"type": "string", "description": "a sensor name such as temperature"},
+}
+HELPER_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "applicable_range",
+        "The normal range in force for one machine and sensor, from the parameters sheet: the machine's "
+        "override row if it has one, else the sensor's default range.",
+        {"type": "object", "properties": _CELL, "required": ["machine", "sensor"], "additionalProperties": False},
+        "applicable_range",
+    ),
+    ToolSpec(
+        "out_of_range_runs",
+        "The runs of consecutive readings of one machine's sensor that lie strictly outside [min, max] (a "
+        "reading equal to min or max is inside; a NULL reading is never outside and ends a run), with each "
+        "run's start and end timestamps, its length in readings and its peak (the reading furthest from the "
+        "middle of [min, max]). Only runs of at least min_length readings are listed.",
+        {
+            "type": "object",
+            "properties": {
+                **_CELL,
+                "min": {"type": "number"},
+                "max": {"type": "number"},
+                "min_length": {"type": "integer", "minimum": 1, "description": "shortest run listed (default 1)"},
+            },
+            "required": ["machine", "sensor", "min", "max"],
+            "additionalProperties": False,
+        },
+        "out_of_range_runs",
     ),
 )

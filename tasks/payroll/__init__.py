@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from harness_store.values import Outcome, TaskInstance, ToolSpec
 from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
 from tasks.payroll.checker import check
-from tasks.payroll.env import TOOLS, PayrollEnv, policy_text
+from tasks.payroll.env import HELPER_TOOLS, TOOLS, PayrollEnv, policy_text
 from tasks.payroll.plan import audit, audit_query, plan
 from tasks.payroll.world import (
     ERROR_TYPES,
@@ -336,6 +336,11 @@ class PayrollFamily(TaskFamily):
 
     def baseline_tools(self) -> tuple[ToolSpec, ...]:
         return TOOLS
+
+    def optional_tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools the environment offers beside the baseline's (domain computation over data the base
+        tools expose); an `add_tool` edit naming one adds it to a harness (`tasks.helpers`)."""
+        return HELPER_TOOLS
 
     # ------------------------------------------------------------------ solution
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:

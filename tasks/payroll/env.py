@@ -3,15 +3,17 @@ and a mailbox, exposed as the family's tools."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import math
 import sqlite3
 import time
 from typing import Any
 
 from harness_store.values import TaskInstance, ToolSpec
 from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, read_only_authorizer
-from tasks.payroll.world import HOLIDAY_MULT, OT_MULT, WEEKLY_OT_HOURS, PayrollWorld, Stub
+from tasks.payroll.world import HOLIDAY_MULT, OT_MULT, WEEKLY_OT_HOURS, Employee, PayrollWorld, Stub, _money
 
 MAX_ROWS = 5000
 MAX_STATEMENTS = 10
@@ -46,7 +48,7 @@ def policy_text(w: PayrollWorld) -> str:
             "The `rate` of a salaried employee is the weekly salary.",
             "",
             "## Company holidays",
-            ", ".join(w.holidays) + ".",
+            (", ".join(w.holidays) + ".") if w.holidays else "None in the weeks on record.",
             (
                 f"Hours an hourly employee works on a company holiday are paid at {HOLIDAY_MULT}x the base rate "
                 "and do not count toward overtime."
@@ -157,7 +159,7 @@ class PayrollEnv(TaskEnv):
             self.db.set_authorizer(read_only_authorizer)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        return (*TOOLS, FINISH_TOOL)
+        return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     # ------------------------------------------------------------------ tools
     def tool_sql_query(self, query: str) -> ToolResult:
@@ -219,6 +221,85 @@ class PayrollEnv(TaskEnv):
         self.outbox.append({"to": to.strip(), "cc": [a.strip() for a in cc], "subject": subject.strip(), "body": body})
         return f"email sent to {to.strip()}" + (f" (cc {', '.join(cc)})" if cc else "")
 
+    # ------------------------------------------------------------------ helper tools (not in the baseline)
+    def _employee(self, employee_id: Any) -> Employee:
+        e = next((x for x in self.world.employees if x.id == employee_id), None) if isinstance(employee_id, str) else None
+        if e is None:
+            raise ToolArgError(f"unknown employee {str(employee_id)[:40]!r} (ids look like E123)")
+        return e
+
+    def tool_week_hours(self, employee_id: str, period: str, daily_limit: float | None = None) -> str:
+        e = self._employee(employee_id)
+        w = self.world
+        if not isinstance(period, str) or period not in (*w.history, *w.periods):
+            raise ToolArgError(f"unknown period {str(period)[:40]!r} (periods on record: {', '.join((*w.history, *w.periods))})")
+        if daily_limit is not None and (not _number(daily_limit) or daily_limit <= 0):
+            raise ToolArgError("daily_limit must be a positive number of hours, or left out")
+        h = week_hours(w, e.id, period, daily_limit)
+        weekly = f"{h['overtime'] - h['daily']:g} h over {WEEKLY_OT_HOURS:g} in the week"
+        why = f"{h['daily']:g} h over {daily_limit:g} h in a day + {weekly}" if daily_limit is not None else weekly
+        return (
+            f"{e.id} week {period}: {h['days']} days in the timesheet, {h['worked']:g} hours worked, "
+            f"{h['holiday']:g} of them on company holidays. Regular {h['regular']:g} h, overtime {h['overtime']:g} h "
+            f"({why}), holiday {h['holiday']:g} h."
+        )
+
+    def tool_gross_pay(self, rate: float, regular_hours: float, overtime_hours: float, holiday_hours: float = 0.0) -> str:
+        for name, v in (("rate", rate), ("regular_hours", regular_hours), ("overtime_hours", overtime_hours),
+                        ("holiday_hours", holiday_hours)):  # fmt: skip
+            if not _number(v) or v < 0 or v > 1e7:
+                raise ToolArgError(f"{name} must be a non-negative number")
+        gross = _money(rate * (regular_hours + OT_MULT * overtime_hours + HOLIDAY_MULT * holiday_hours))
+        return (
+            f"gross {gross:.2f} = {rate:g} x ({regular_hours:g} regular + {OT_MULT:g} x {overtime_hours:g} overtime "
+            f"+ {HOLIDAY_MULT:g} x {holiday_hours:g} holiday hours)"
+        )
+
+    def tool_net_pay(self, employee_id: str, gross: float) -> str:
+        e = self._employee(employee_id)
+        if not _number(gross) or gross < 0 or gross > 1e9:
+            raise ToolArgError("gross must be a non-negative amount")
+        health = self.world.premiums[e.health_plan]
+        k401 = _money(gross * e.k401_pct / 100)
+        net = _money(gross - health - k401)
+        return (
+            f"{e.id}: gross {gross:.2f} - health {health:.2f} ({e.health_plan} plan) - 401(k) {k401:.2f} "
+            f"({e.k401_pct:g}% of gross) = net {net:.2f}"
+        )
+
+    def tool_rate_on(self, employee_id: str, date: str) -> str:
+        e = self._employee(employee_id)
+        try:
+            day = dt.date.fromisoformat(date).isoformat() if isinstance(date, str) else None
+        except ValueError:
+            day = None
+        if day is None:
+            raise ToolArgError("date must be a date such as 2026-03-02")
+        rows = [(eff, r) for eff, r in e.rates if eff <= day]
+        if not rows:
+            eff, r = e.rates[0]
+            return f"{e.id}: no pay_rates row is effective on or before {day}; the earliest is {r:g} from {eff}"
+        eff, r = rows[-1]
+        return f"{e.id} on {day}: rate {r:g} (the pay_rates row effective from {eff}); current rate {e.rate:g}"
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def week_hours(w: PayrollWorld, eid: str, period: str, daily_limit: float | None) -> dict[str, float]:
+    """One employee-week from the timesheets: days, hours worked, holiday hours, and overtime = hours
+    over the daily limit (when given) plus non-holiday hours over the weekly limit beyond those."""
+    rows = [(d, h) for e, p, d, h in w.timesheets if e == eid and p == period]
+    holidays = set(w.holidays)
+    hol = sum(h for d, h in rows if d in holidays)
+    work = [h for d, h in rows if d not in holidays]
+    total = sum(work)
+    daily = sum(max(0.0, h - daily_limit) for h in work) if daily_limit is not None else 0.0
+    ot = daily + max(0.0, total - daily - WEEKLY_OT_HOURS)
+    return {"days": len(rows), "worked": total + hol, "holiday": hol, "non_holiday": total, "daily": daily,
+            "overtime": ot, "regular": total - ot}  # fmt: skip
+
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
@@ -265,5 +346,65 @@ TOOLS: tuple[ToolSpec, ...] = (
             "additionalProperties": False,
         },
         "send_email",
+    ),
+)
+
+_EMPLOYEE = {"type": "string", "description": "an employee id such as E123"}
+_HOURS = {"type": "number", "minimum": 0}
+HELPER_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "week_hours",
+        "One employee's hours for one weekly period, from the timesheets: hours worked, hours on company "
+        f"holidays, and the overtime of the non-holiday hours: hours over {WEEKLY_OT_HOURS:g} in the week, plus "
+        "hours over daily_limit in a day when daily_limit is given (those do not count again toward the weekly "
+        "limit); the rest are regular hours.",
+        {
+            "type": "object",
+            "properties": {
+                "employee_id": _EMPLOYEE,
+                "period": {"type": "string", "description": "the period's Monday, e.g. 2026-03-02"},
+                "daily_limit": {"type": "number", "exclusiveMinimum": 0, "description": "hours a day before overtime (omit for none)"},
+            },
+            "required": ["employee_id", "period"],
+            "additionalProperties": False,
+        },
+        "week_hours",
+    ),
+    ToolSpec(
+        "gross_pay",
+        f"Gross pay for hours at an hourly rate under the pay policy: rate x (regular + {OT_MULT:g} x overtime + "
+        f"{HOLIDAY_MULT:g} x holiday hours), rounded to the cent.",
+        {
+            "type": "object",
+            "properties": {"rate": _HOURS, "regular_hours": _HOURS, "overtime_hours": _HOURS, "holiday_hours": _HOURS},
+            "required": ["rate", "regular_hours", "overtime_hours"],
+            "additionalProperties": False,
+        },
+        "gross_pay",
+    ),
+    ToolSpec(
+        "net_pay",
+        "Deductions and net pay of one employee for a given gross under the pay policy: the health premium of "
+        "the employee's plan, 401(k) at the employee's elected percentage of that gross (to the cent), and "
+        "net = gross - health - 401(k).",
+        {
+            "type": "object",
+            "properties": {"employee_id": _EMPLOYEE, "gross": {"type": "number", "minimum": 0}},
+            "required": ["employee_id", "gross"],
+            "additionalProperties": False,
+        },
+        "net_pay",
+    ),
+    ToolSpec(
+        "rate_on",
+        "The employee's pay rate in effect on a date: the pay_rates row with the latest effective_from on or "
+        "before that date, beside the current rate in the employees table.",
+        {
+            "type": "object",
+            "properties": {"employee_id": _EMPLOYEE, "date": {"type": "string", "description": "e.g. 2026-03-02"}},
+            "required": ["employee_id", "date"],
+            "additionalProperties": False,
+        },
+        "rate_on",
     ),
 )

@@ -32,6 +32,7 @@ LAST = ("Abbott", "Baker", "Cruz", "Diaz", "Evans", "Ford", "Garcia", "Huang", "
 COMPANIES = (("Acme Logistics", "acme-logistics.example"), ("Birch Foods", "birchfoods.example"),
              ("Cobalt Tools", "cobalt-tools.example"), ("Delta Clinics", "deltaclinics.example"))  # fmt: skip
 # the ids of `PayrollFamily.facts`, in order: the generator issues the stubs a fully informed payroll issues
+SMALL_EMPLOYEES = 2  # size 0: the employees (the one with the error, and a trap employee or a clean one)
 FACT_IDS = ("ca_daily_overtime", "salaried_exempt", "rate_effective_date", "final_pay_through_termination",
             "deductions_follow_gross")  # fmt: skip
 
@@ -166,7 +167,8 @@ def build_world(seed: int, params: dict[str, Any]) -> PayrollWorld:
     size = int(params["size"])
     trap_rate = TRAP_RATE.get(difficulty, TRAP_RATE[3])
     company, domain = rng.choice(COMPANIES)
-    n_periods = 2 if size < 3 else 3
+    small = size == 0  # the small-model level: one audited week, two employees, one error, at most one trap
+    n_periods = 1 if small else 2 if size < 3 else 3
     # audited range: sometimes chosen around a company holiday
     if rng.random() < 0.4:
         hol = _d(rng.choice(HOLIDAYS_2026[1:-1]))
@@ -177,14 +179,18 @@ def build_world(seed: int, params: dict[str, Any]) -> PayrollWorld:
     history = ((monday - dt.timedelta(weeks=1)).isoformat(),)
     all_periods = history + periods
     holidays = HOLIDAYS_2026
+    if small:  # the policy lists only the holidays of the weeks on record (the only ones that matter)
+        holidays = tuple(h for h in HOLIDAYS_2026 if any(h in _days(p) for p in all_periods))
     premiums = {"none": 0.0, "single": _money(rng.randrange(3000, 6000, 25) / 100),
                 "family": _money(rng.randrange(9000, 16000, 25) / 100)}  # fmt: skip
 
     roles: list[str] = [t for t in TRAPS if rng.random() < trap_rate]
+    if small:  # at most one trap employee
+        roles = roles[:1]
     traps = tuple(roles)
     n_errors = rng.randint(1, 1 + size)
     roles += [rng.choice(ERROR_TYPES) for _ in range(n_errors)]
-    n_emp = 4 + 6 * size
+    n_emp = SMALL_EMPLOYEES if small else 4 + 6 * size
     roles += ["clean"] * (n_emp - len(roles))
     rng.shuffle(roles)
     ids = rng.sample(range(100, 1000), n_emp)

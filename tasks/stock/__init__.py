@@ -16,7 +16,7 @@ from typing import Any
 from harness_store.values import Outcome, TaskInstance, ToolSpec
 from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
 from tasks.stock.checker import check
-from tasks.stock.env import TOOLS, StockEnv
+from tasks.stock.env import HELPER_TOOLS, TOOLS, StockEnv
 from tasks.stock.plan import plan, render_template, solve
 from tasks.stock.world import COLUMNS, SHEET, SUPPLIER_SHEET, Product, StockWorld, build_world
 
@@ -272,6 +272,11 @@ class StockFamily(TaskFamily):
 
     def baseline_tools(self) -> tuple[ToolSpec, ...]:
         return TOOLS
+
+    def optional_tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools the environment offers beside the baseline's (domain computation over data the base
+        tools expose); an `add_tool` edit naming one adds it to a harness (`tasks.helpers`)."""
+        return HELPER_TOOLS
 
     # ------------------------------------------------------------------ solution and grade
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:

@@ -3,11 +3,14 @@ Suppliers sheets), the shared drive (template, purchasing contact) and the shop 
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
 from harness_store.values import TaskInstance, ToolSpec
 from tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
+from tasks.stock.plan import render_template
 from tasks.stock.world import SHEET, SUPPLIER_SHEET, StockWorld, supplier_sheet
 
 MAX_CELL = 500
@@ -47,7 +50,7 @@ class StockEnv(TaskEnv):
         self.sent: list[dict[str, Any]] = []
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        return (*TOOLS, FINISH_TOOL)
+        return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     # files
     def tool_list_files(self) -> str:
@@ -175,6 +178,56 @@ class StockEnv(TaskEnv):
             f"{i + 1}. to {e['to']} [{e['priority']}] {e['subject']}" for i, e in enumerate(self.sent)
         )
 
+    # helper tools (not in the baseline)
+    def tool_stock_position(self, sku: str) -> str:
+        p = next((x for x in self.world.products if x.sku == sku), None) if isinstance(sku, str) else None
+        if p is None:
+            raise ToolArgError(f"unknown SKU {str(sku)[:40]!r}")
+        avail = p.on_hand - p.reserved
+        where = "below it" if avail < p.threshold else "at it, not below" if avail == p.threshold else "above it"
+        to_par = max(0, p.par - avail)
+        order = math.ceil(to_par / p.case_pack) * p.case_pack
+        return (
+            f"{p.sku} {p.name} ({p.status}): on hand {p.on_hand} - reserved {p.reserved} = {avail} available; "
+            f"threshold {p.threshold}: {avail} is {where}; par level {p.par}: {to_par} units to par; case pack "
+            f"{p.case_pack}: {order} units rounded up to whole cases ({order // p.case_pack} cases)"
+        )
+
+    def tool_open_alerts(self) -> str:
+        rows = self.sheets[SHEET]
+        header = rows[0]
+        sku, status = header.index("SKU"), header.index("Status")
+        hits = [f"{r[sku]} (row {i})" for i, r in enumerate(rows[1:], start=2) if r[status].strip().lower() == "open"]
+        return f"{SHEET} rows with Status open: " + (", ".join(hits) if hits else "none")
+
+    def tool_sheet_row(self, sheet: str, values: dict[str, Any]) -> str:
+        header = self._sheet(sheet)[0]
+        if not isinstance(values, dict):
+            raise ToolArgError("values must be an object {column: value}")
+        unknown = [str(k)[:40] for k in values if k not in header]
+        if unknown:
+            raise ToolArgError(f"unknown columns {unknown} (columns: {', '.join(header)})")
+        missing = [c for c in header if c not in values]
+        if missing:
+            raise ToolArgError(f"values lacks the columns {missing}")
+        if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values.values()):
+            raise ToolArgError("every value must be a string or a number")
+        return json.dumps([values[c] for c in header]) + f"  (the columns of {sheet}: {', '.join(header)})"
+
+    def tool_fill_template(self, path: str, values: dict[str, Any]) -> str:
+        if not isinstance(path, str) or path not in self.files:
+            raise ToolArgError(f"no such file: {str(path)[:200]!r} (files: {', '.join(sorted(self.files))})")
+        if not isinstance(values, dict) or not all(
+            isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values.values()
+        ):
+            raise ToolArgError("values must be an object {placeholder: text}")
+        text = self.files[path]
+        fill = {str(k): norm_cell(v) for k, v in values.items()}
+        subject, body = render_template(text, fill)
+        left = sorted({m for m in re.findall(r"\{\{(\w+)\}\}", text) if m not in fill})
+        out = f"subject: {subject}\nbody:\n{body}"
+        return out + (f"\n(unfilled placeholders: {', '.join(left)})" if left else "")
+
 
 _EMAIL_ITEM = {
     "type": "object",
@@ -269,4 +322,46 @@ TOOLS: tuple[ToolSpec, ...] = (
         "send_emails",
     ),
     ToolSpec("list_sent", "List the emails sent from the shop mailbox so far.", _NO_ARGS, "list_sent"),
+)
+
+_VALUES = {"type": "object", "additionalProperties": {"type": ["string", "number"]}}
+HELPER_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "stock_position",
+        "One product's stock arithmetic from the product list: available = on hand - reserved, how it compares "
+        "with the threshold, the units that bring it back to its par level, and that quantity rounded up to "
+        "whole case packs.",
+        {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"], "additionalProperties": False},
+        "stock_position",
+    ),
+    ToolSpec(
+        "open_alerts",
+        "The SKUs that have a row with Status open on the Stock Alert sheet, with their row numbers.",
+        _NO_ARGS,
+        "open_alerts",
+    ),
+    ToolSpec(
+        "sheet_row",
+        "Arrange one row's values, given by column name, in the sheet's column order (a list to pass to "
+        "append_rows). Every column of the sheet must be given.",
+        {
+            "type": "object",
+            "properties": {"sheet": {"type": "string"}, "values": _VALUES},
+            "required": ["sheet", "values"],
+            "additionalProperties": False,
+        },
+        "sheet_row",
+    ),
+    ToolSpec(
+        "fill_template",
+        "Fill a {{placeholder}} template file from the shared drive with the given values: the subject (its "
+        "first line, without 'Subject:') and the body, and any placeholder left unfilled.",
+        {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "values": _VALUES},
+            "required": ["path", "values"],
+            "additionalProperties": False,
+        },
+        "fill_template",
+    ),
 )

@@ -15,6 +15,10 @@ SHEET = "Stock Alert"
 SUPPLIER_SHEET = "Suppliers"
 COLUMNS = ("Date", "SKU", "Product", "Supplier", "Available", "Threshold", "Reorder Qty", "Status")
 TRAP_RATE = {1: 0.05, 2: 0.1, 3: 0.25}
+# size 0, the small-model level (docs/results/real-weights-design.md): room for the one alert, every
+# trap's product and at least one ordinary product; two earlier alerts on the sheet
+SMALL_PRODUCTS = 6
+SMALL_OLD_ALERTS = 2
 
 SUPPLIERS = (
     "Northwind Traders",
@@ -148,6 +152,7 @@ def build_world(seed: int, params: dict[str, Any]) -> StockWorld:
     rng = random.Random(seed)
     difficulty = int(params["difficulty"])
     size = int(params["size"])
+    small = size == 0  # the small-model level: six products, one alert before the traps' own
     trap_rate = TRAP_RATE.get(difficulty, 0.3)
     shop = rng.choice(SHOPS)
     domain = re.sub(r"[^a-z]", "", shop.lower()) + ".example"
@@ -164,7 +169,7 @@ def build_world(seed: int, params: dict[str, Any]) -> StockWorld:
     while tuple(header) == COLUMNS:
         rng.shuffle(header)
 
-    n_products = 24 * size * size
+    n_products = SMALL_PRODUCTS if small else 24 * size * size
     skus = rng.sample(range(1000, 10000), n_products)
     names: set[str] = set()
     specs: list[dict[str, Any]] = []
@@ -209,7 +214,7 @@ def build_world(seed: int, params: dict[str, Any]) -> StockWorld:
         raw = k * cp if divisible else max(1, k * cp - rng.randint(1, cp - 1))
         s["par"] = avail + raw
 
-    alerts = [take("alert") for _ in range(rng.randint(2, 3) * size)]
+    alerts = [take("alert") for _ in range(1 if small else rng.randint(2, 3) * size)]
     for s in alerts:
         s["status"], s["reserved"] = "active", 0
         s["on_hand"] = rng.randint(0, s["threshold"] - 1)
@@ -267,7 +272,7 @@ def build_world(seed: int, params: dict[str, Any]) -> StockWorld:
     # earlier alerts: received (closed) ones for any product, open ones only for products still being
     # handled (above threshold now, or the open_alert trap)
     existing: list[dict[str, Any]] = []
-    n_old = 3 + 4 * size * size
+    n_old = SMALL_OLD_ALERTS if small else 3 + 4 * size * size
     normal = [s for s in specs if s["role"] == "normal"]
     for _ in range(n_old):
         s = rng.choice(specs)

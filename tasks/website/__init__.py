@@ -16,7 +16,7 @@ from typing import Any
 from harness_store.values import Outcome, TaskInstance, ToolSpec
 from tasks.base import Concept, Constraint, DomainFact, Knowledge, PlanStep, TaskEnv, TaskFamily
 from tasks.website.checker import check, snapshot
-from tasks.website.env import TOOLS, WebsiteEnv
+from tasks.website.env import HELPER_TOOLS, TOOLS, WebsiteEnv
 from tasks.website.plan import plan, solve_links, solve_menu, solve_rename
 from tasks.website.world import Page, SiteWorld, build_world, slugify
 
@@ -240,6 +240,11 @@ class WebsiteFamily(TaskFamily):
 
     def baseline_tools(self) -> tuple[ToolSpec, ...]:
         return TOOLS
+
+    def optional_tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools the environment offers beside the baseline's (domain computation over data the base
+        tools expose); an `add_tool` edit naming one adds it to a harness (`tasks.helpers`)."""
+        return HELPER_TOOLS
 
     # ------------------------------------------------------------------ solution
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:

@@ -25,7 +25,7 @@ class WebsiteEnv(TaskEnv):
         self.media: dict[str, str] = dict(world.media)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        return (*TOOLS, FINISH_TOOL)
+        return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     # ---- helpers
     def path(self, pid: int) -> str:
@@ -235,6 +235,70 @@ class WebsiteEnv(TaskEnv):
         lines += [" | ".join(r) for r in w.report]
         return "\n".join(lines)
 
+    # ---- helper tools (not in the baseline)
+    def _path_arg(self, path: Any) -> str:
+        if not isinstance(path, str) or not path.startswith("/") or len(path) > 300:
+            raise ToolArgError("path must be a site path such as /about-us")
+        return path
+
+    def tool_resolve_path(self, path: str) -> str:
+        cur = self._path_arg(path)
+        hops, seen = [cur], {cur}
+        while cur in self.redirects:
+            cur, code = self.redirects[cur]
+            hops.append(f"{cur} ({code})")
+            if cur in seen:
+                return " -> ".join(hops) + ": a redirect loop"
+            seen.add(cur)
+        pid = self._by_path().get(cur)
+        if pid is None:
+            where = "no page"
+        else:
+            p = self.pages[pid]
+            where = f"{'a published page' if p['status'] == 'published' else 'a draft page'} (id {pid}, {p['title']!r})"
+        chain = " -> ".join(hops)
+        return f"{chain}: {where}" if len(hops) > 1 else f"{chain} is not redirected: {where}"
+
+    def tool_find_pages(self, title: str) -> str:
+        if not isinstance(title, str) or not title.strip() or len(title) > 300:
+            raise ToolArgError("title must be a page title")
+        want = " ".join(title.split()).lower()
+        hits = sorted(pid for pid, p in self.pages.items() if " ".join(p["title"].split()).lower() == want)
+        if not hits:
+            return f"no page is titled {title.strip()[:100]!r}"
+        lines = [f"pages titled {title.strip()[:100]!r}: id | path | status | updated"]
+        lines += [f"{pid} | {self.path(pid)} | {self.pages[pid]['status']} | {self.pages[pid]['updated']}" for pid in hits]
+        return "\n".join(lines)
+
+    def tool_page_tree(self, path: str) -> str:
+        pid = self._by_path().get(self._path_arg(path))
+        if pid is None:
+            raise ToolArgError(f"no page at {path[:200]!r}")
+        out, stack = [], [pid]
+        while stack:
+            cur = stack.pop()
+            kids = [q for q, p in self.pages.items() if p["parent"] == cur]
+            out += kids
+            stack += kids
+        below = sorted(self.path(q) for q in out)
+        return f"{self.path(pid)} (id {pid}) and its {len(below)} descendant page{'s' if len(below) != 1 else ''}: " + (
+            ", ".join(below) or "none"
+        )
+
+    def tool_links_to(self, path: str) -> str:
+        target = self._path_arg(path)
+        pattern = re.compile(r"\]\(" + re.escape(target) + r"\)")
+        pages = sorted(self.path(pid) for pid, p in self.pages.items() if pattern.search(p["body"]))
+        items = [f"{name}: {node['label']!r}" for name, its in self.menus.items() for it in its
+                 for node in (it, *it["children"]) if node["target"] == target]  # fmt: skip
+        reds = sorted(f for f, (t, _) in self.redirects.items() if t == target)
+        return "\n".join([
+            f"links to {target}:",
+            f"page bodies: {', '.join(pages) or 'none'}",
+            f"menu items: {', '.join(items) or 'none'}",
+            f"redirects with this target: {', '.join(reds) or 'none'}",
+        ])
+
 
 def _check_items(items: Any, depth: int) -> list[dict[str, Any]]:
     if not isinstance(items, list) or len(items) > MAX_ITEMS:
@@ -409,4 +473,35 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec("list_media", "List the media library (file path and alt text).", _NO_ARGS, "list_media"),
     ToolSpec("read_link_report", "Read the report of the last link crawl.", _NO_ARGS, "read_link_report"),
+)
+
+_PATH_ARG = {"type": "object", "properties": {"path": _PATH}, "required": ["path"], "additionalProperties": False}
+HELPER_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "resolve_path",
+        "Follow the site's redirects from a path to where they end, and say what is there: a published page, a "
+        "draft page or no page.",
+        _PATH_ARG,
+        "resolve_path",
+    ),
+    ToolSpec(
+        "find_pages",
+        "The pages with a given title (case-insensitive): id, path, status and last update of each.",
+        {"type": "object", "properties": {"title": {"type": "string", "minLength": 1}}, "required": ["title"],
+         "additionalProperties": False},
+        "find_pages",
+    ),
+    ToolSpec(
+        "page_tree",
+        "The page at a path and the paths of all the pages below it (children, their children, ...).",
+        _PATH_ARG,
+        "page_tree",
+    ),
+    ToolSpec(
+        "links_to",
+        "Everything that points at a path: the pages whose bodies link to it, the menu items that target it and "
+        "the redirects whose target it is.",
+        _PATH_ARG,
+        "links_to",
+    ),
 )

@@ -11,6 +11,11 @@ from datetime import date, timedelta
 from typing import Any
 
 TRAP_RATE = {1: 0.15, 2: 0.3, 3: 0.5}
+# size 0, the small-model level (docs/results/real-weights-design.md): seven sections with one child
+# page each where they have children, no blog posts, a main menu of five items, two old redirects
+SMALL_SECTIONS = ("About us", "Services", "Support", "Careers", "Contact", "Partners", "Blog")
+SMALL_MENU = 5
+SMALL_REDIRECTS = 2
 KINDS = (("rename", 0.4), ("links", 0.3), ("menu", 0.3))
 SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 PATH = re.compile(r"^/(?:[a-z0-9]+(?:-[a-z0-9]+)*(?:/[a-z0-9]+(?:-[a-z0-9]+)*)*)?$")
@@ -187,6 +192,7 @@ def build_world(seed: int, params: dict[str, Any]) -> SiteWorld:
     rng = random.Random(seed)
     difficulty = int(params["difficulty"])
     size = int(params["size"])
+    small = size == 0
     trap_rate = TRAP_RATE.get(difficulty, 0.4)
     site = rng.choice(SITES)
     today = date(2026, rng.randint(1, 12), rng.randint(1, 28))
@@ -214,7 +220,7 @@ def build_world(seed: int, params: dict[str, Any]) -> SiteWorld:
         return pid
 
     n_children = 1 + size
-    sections = list(SECTIONS)
+    sections = [s for s in SECTIONS if s[0] in SMALL_SECTIONS] if small else list(SECTIONS)
     top: dict[str, int] = {}
     for title, label, kids in sections:
         pid = add(title, None)
@@ -237,7 +243,7 @@ def build_world(seed: int, params: dict[str, Any]) -> SiteWorld:
     # ---- menus
     main_sections = [s for s in sections if s[0] not in ("Partners", "Events")]
     rng.shuffle(main_sections)
-    main_sections = main_sections[: 6 + min(size, 3)]
+    main_sections = main_sections[: SMALL_MENU if small else 6 + min(size, 3)]
     with_children = {s[0] for s in rng.sample(main_sections, 2)}
     main: list[dict[str, Any]] = []
     for title, label, _unused in main_sections:
@@ -317,7 +323,7 @@ def build_world(seed: int, params: dict[str, Any]) -> SiteWorld:
 
     # historic redirects to live pages (never to the renamed page or its children)
     targets = [pid for pid in published if pid not in reserved]
-    for _ in range(3 + 12 * size * size):
+    for _ in range(SMALL_REDIRECTS if small else 3 + 12 * size * size):
         redirects[fresh_old_path()] = (path(rng.choice(targets)), 301)
 
     # ---- bodies: a few valid links each
