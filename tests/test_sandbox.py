@@ -705,6 +705,21 @@ def test_a_test_that_times_out_or_ends_the_package_costs_only_that_test():
     assert r.stopped and "timeout" in r.stopped
 
 
+def test_a_graded_run_as_a_whole_keeps_the_wall_limit():
+    """Every test under the per-test limit, together over the wall limit: the run is stopped at the wall
+    limit, the tests that did not run are errors, and the call returns a moment later."""
+    pkg = {"slow/__init__.py": "", "slow/nap.py": "import time\n\n\ndef nap():\n    time.sleep(0.9)\n    return 1\n"}
+    tests = {"tests/test_nap.py": "from slow.nap import nap\n\n" + "".join(
+        f"\ndef test_{i}():\n    assert nap() == 1\n\n" for i in range(6))}
+    limits = sandbox.Limits(wall_s=3.0, per_test_s=2.0)
+    started = time.monotonic()
+    r = sandbox.run_graded_tests(pkg, tests, limits)
+    assert time.monotonic() - started < limits.wall_s + 1.5
+    assert r.timed_out and "wall-clock" in (r.stopped or "") and not r.all_passed
+    outcomes = [t.outcome for t in r.tests]
+    assert len(outcomes) == 6 and 1 <= outcomes.count("passed") <= 3 and outcomes[-1] == "error", r.report()
+
+
 def test_the_package_cannot_reach_the_tests_nor_the_record_channel(host):
     """The package's process holds no copy of the tests (no file, no memory) and cannot open the
     runner's record channel, even with the audit hook off."""
