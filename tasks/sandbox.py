@@ -1719,11 +1719,11 @@ def _run(files: Mapping[str, str], mode: str, paths: list[str], limits: Limits,
     if len(found) > MAX_VIOLATIONS:
         violations += (f"... and {len(found) - MAX_VIOLATIONS} more violation lines",)
     if reply.get("inodes"):
-        violations += (f"disk: the run made more than {limits.inodes} files, directories and links on the "
-                       "sandbox's disk (its inode limit) and was stopped",)
+        violations += ((f"disk: the run made more than {limits.inodes} files, directories and links on the "
+                        "sandbox's disk (its inode limit) and was stopped"),)
     if reply.get("disk_full"):
-        violations += (f"disk: the sandbox's {WORK_MB} MiB disk was full (ENOSPC, no space left on device); "
-                       "the output and results up to then are kept",)
+        violations += ((f"disk: the sandbox's {WORK_MB} MiB disk was full (ENOSPC, no space left on device); "
+                        "the output and results up to then are kept"),)
     if not timed_out and not completed and "MemoryError" in stderr:
         violations += ("memory: the run exceeded the memory limit",)
     return SandboxResult(
@@ -1807,8 +1807,8 @@ def run_graded_tests(package: Mapping[str, str], tests: Mapping[str, str], limit
     unknown = sorted(set(got) - set(expected) - {f"{p}::<collect>" for p in srcs})
     violations = result.violations
     if unknown:
-        violations += (f"protocol: the run reported {len(unknown)} test(s) the grader does not know: "
-                       f"{bounded(', '.join(unknown), 300)}",)
+        violations += ((f"protocol: the run reported {len(unknown)} test(s) the grader does not know: "
+                        f"{bounded(', '.join(unknown), 300)}"),)
     return replace(result, tests=tuple(ordered), violations=violations)
 
 

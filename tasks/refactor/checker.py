@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import importlib
 import types
-from functools import lru_cache
+from functools import cache
 
 from harness_store.values import Outcome
 from tasks import sandbox
@@ -53,7 +53,7 @@ def _places(n: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------ safety
-@lru_cache(maxsize=None)
+@cache
 def public_names(module: str) -> frozenset[str]:
     """What package code may take from an allowed standard-library module: its `__all__`, or (modules
     without one) its names that do not start with an underscore and are not modules themselves."""
