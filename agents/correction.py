@@ -160,6 +160,7 @@ class DatasetBuilder:
         self.done = dict(done or {})
         self.on_progress = on_progress
         self.usage = Usage()
+        self.cut_failures = 0  # failures corrected here whose judge or expert prompt was cut to fit
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ rollouts
@@ -239,6 +240,9 @@ class DatasetBuilder:
             verdict, used = s.score(traj, locus, c)
             use("judge", used)
             scored.append({**c, **verdict})
+        if cuts:
+            with self._lock:
+                self.cut_failures += 1
         valid = [c for c in scored if c.get("valid")]
         if not valid:
             self.journal("correction", {"trajectory": traj.id, "row": None, "why": "no valid candidate",
@@ -278,6 +282,7 @@ class DatasetBuilder:
             "rows": len(rows),
             "by_kind": dict(kinds),
             **({"rows_with_context_cuts": cut_rows} if cut_rows else {}),
+            **({"failures_with_context_cuts": self.cut_failures} if self.cut_failures else {}),
             "verified_share": round(verified / len(corrected), 4) if corrected else None,
             "student_rollouts": len(student),
             "student_pass_rate": round(sum(t.passed for t in student) / len(student), 4) if student else None,

@@ -601,7 +601,9 @@ def build_cut_note(manifest: dict[str, Any]) -> str | None:
     if fitted:
         parts.append("prompts cut to fit the model's context window: "
                      + ", ".join(f"{r} {n} calls" for r, n in sorted(fitted.items()))
-                     + f"; {manifest.get('rows_with_context_cuts', 0)} rows record their cuts (provenance.context_cuts)")
+                     + (f" over {manifest['failures_with_context_cuts']} failures" if manifest.get("failures_with_context_cuts") else "")
+                     + f"; {manifest.get('rows_with_context_cuts', 0)} rows record their cuts (provenance.context_cuts,"
+                     " and the run's correction events)")
     if failed:
         parts.append("role calls that failed (recorded as unknown): " + ", ".join(f"{r} {n}" for r, n in sorted(failed.items())))
     return "; ".join(parts)

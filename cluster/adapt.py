@@ -118,7 +118,10 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
             infra = sum(t.error == "infra" for t in student)
             why = (f"{infra} of {len(student)} student rollouts lost to model-service errors (infra)" if infra
                    else f"student pass rate {stats['student_pass_rate']}")
-            raise ValueError(f"the {cfg.arm} arm produced no rows ({why})")
+            from agents.fit import build_cut_note
+
+            note = build_cut_note(stats)  # what the roles' prompts lost to their context windows
+            raise ValueError(f"the {cfg.arm} arm produced no rows ({why})" + (f"; {note}" if note else ""))
         expert_tokens = (
             sum(t.tokens for t in expert_runs) if cfg.arm == "imitation"
             else int(stats["usage"].get("expert", {}).get("tokens", 0))

@@ -457,6 +457,7 @@ def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what
 
     note = build_cut_note(stats)  # what `coevolve data build` prints at its end
     assert note.startswith("prompts cut to fit the model's context window: expert ") and f"; {len(corrected)} rows record" in note
+    assert stats["failures_with_context_cuts"] >= len(corrected) and f"over {stats['failures_with_context_cuts']} failures" in note
 
 
 def _evolution(tmp_path, proposer_model, iterations=1):
