@@ -3,7 +3,7 @@
 `agents.judge.Judge` and `agents.expert.ExpertRewriter` stay plain classes; `RoleWorker` hosts one of
 them behind the model gateway and `RolePool` makes workers actors at launch. Values cross the wire
 encoded by the one codec (`FailureLocus`, `Trajectory`; candidates are plain JSON). A call whose
-actor dies is re-run on a replacement actor, so killing a judge or expert actor mid-build loses no
+actor dies (or is killed by Ray's memory monitor) is re-run on a replacement actor, so killing a judge or expert actor mid-build loses no
 work; each call returns the model usage it cost, so spend is counted once even across retries.
 `ray_services` wires the pools and the rollout pool into a dataset build's `Services`.
 """
@@ -27,6 +27,9 @@ from services.pool import ACTOR_LOST, Load, RolloutPool, describe, placement_res
 
 log = structlog.get_logger(role="roles")
 ROLES = ("judge", "expert")
+# Ray's memory monitor kills the worker of an actor whose call runs when the node runs low on memory: the
+# call fails with OutOfMemoryError and the actor is gone, so it is re-run on a replacement like a death.
+ROLE_LOST = (*ACTOR_LOST, ray.exceptions.OutOfMemoryError)
 
 
 class RoleWorker:
@@ -116,7 +119,7 @@ class RolePool:
             try:
                 with self.load.working(actor):
                     return ray.get(getattr(actor, method).remote(*args))
-            except ACTOR_LOST as e:
+            except ROLE_LOST as e:
                 self._replace(actor, e)
 
     def _replace(self, actor: Any, error: Exception) -> None:
