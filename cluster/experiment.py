@@ -11,6 +11,12 @@ Every finished cell (evolution, dataset, adapter, evaluation) is an event of the
 the store, keyed by the cell; a resumed experiment never redoes a finished cell. Evaluations keep
 their trajectories in the store (batch = the cell key), so the report can derive failure composition
 and planning drift from them.
+
+`params` (e.g. `{size: 0, difficulty: 1}`, or `params.size=0` on the command line) are the family
+parameters of every instance the experiment draws: evolution's train and val, the datasets' train
+split, the test evaluations. They must be parameters of every family of the experiment. Left empty
+(each family's defaults) they are not part of the run's config, so an experiment recorded before they
+existed resumes as it was.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 
 import structlog
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
 from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from agents.stats import pass_rate
@@ -30,6 +36,7 @@ from cluster.profiles import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, validated
 
 log = structlog.get_logger(role="experiment")
 HARNESSES = ("baseline", "evolved")
+PARAM_RANGE = (0, 64)  # family parameter values (the levels use 0..4)
 WEIGHTS = ("base", "imitation", "correction")
 
 
@@ -72,6 +79,13 @@ class ExperimentConfig(BaseModel):
     data: DataSettings = DataSettings()
     train: TrainSettings = TrainSettings()
 
+    params: dict[str, StrictInt] = Field(
+        default_factory=dict,
+        description="family parameters of every instance the experiment draws (evolution's train and val, the"
+        " datasets' train split, the test evaluations), e.g. {size: 0, difficulty: 1}; {} = each family's"
+        " defaults. Part of the run's config (hence its identity on resume) only when set",
+    )
+
     @field_validator("families")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
@@ -82,6 +96,31 @@ class ExperimentConfig(BaseModel):
         if bad or not v:
             raise ValueError(f"unknown families {bad} (families: {', '.join(known)})")
         return v
+
+    @field_validator("params")
+    @classmethod
+    def _family_params(cls, v: dict[str, int], info: ValidationInfo) -> dict[str, int]:
+        """Every family of the experiment has each parameter, each within PARAM_RANGE."""
+        from tasks import get_family
+
+        for key, value in v.items():
+            if not PARAM_RANGE[0] <= value <= PARAM_RANGE[1]:
+                raise ValueError(f"{key}={value} is out of range {PARAM_RANGE[0]}..{PARAM_RANGE[1]}")
+        for name in info.data.get("families") or ():  # absent when the families were refused
+            known = get_family(name).default_params
+            unknown = sorted(set(v) - set(known))
+            if unknown:
+                has = ", ".join(sorted(known)) or "none"
+                raise ValueError(f"family {name} has no parameter {', '.join(map(repr, unknown))} (it has: {has})")
+        return dict(sorted(v.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        """The run's config: `params` only when set, so an experiment at the defaults is recorded (and
+        resumed) exactly as before the field existed."""
+        out = self.model_dump()
+        if not self.params:
+            del out["params"]
+        return out
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -162,7 +201,7 @@ class Experiment:
                     adapters[(arm, label)] = adapter_id
         finally:
             experts.shutdown()
-        instances = family.generate("test")
+        instances = family.generate("test", **self.cfg.params)
         for key in [c for c in cells(self.cfg) if c.split(":")[1] == name]:
             _, _, who, label, weights = key.split(":")
             model = self.cfg.weak if who == "weak" else self.cfg.expert
@@ -178,7 +217,7 @@ class Experiment:
         ec = EvolveConfig(
             family=family.name, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed,
             val_n=min(cfg.evolve.val_n, family.split_sizes["val"]), val_seeds=cfg.evolve.val_seeds,
-            budget=Budget(iterations=cfg.evolve.iterations, rollouts=cfg.evolve.rollouts),
+            budget=Budget(iterations=cfg.evolve.iterations, rollouts=cfg.evolve.rollouts), params=dict(cfg.params),
         )
         rid = self.store.create_run("evolve", ec.to_json())
         gateway = self.gateway
@@ -196,7 +235,8 @@ class Experiment:
         cfg = self.cfg
         bc = BuildConfig(arm, family.name, cfg.weak, cfg.expert, cfg.judge, rows=cfg.data.rows,
                          samples=cfg.data.samples, k=cfg.data.k, seed=cfg.seed)
-        builder = DatasetBuilder(bc, harness, family.generate("train"), ray_services(self.pool, self.judges, experts))
+        train = family.generate("train", **cfg.params)
+        builder = DatasetBuilder(bc, harness, train, ray_services(self.pool, self.judges, experts))
         student = builder.sample(cfg.weak)
         expert_runs = builder.sample(cfg.expert) if arm == "imitation" else []
         rows, stats = builder.build(student, expert_runs)
@@ -207,6 +247,7 @@ class Experiment:
                     "usage": stats["usage"], "note": "the arm produced no rows: its adapter cell uses the base weights"}
         rec = write_dataset(self.store.root, rows, {
             "arm": arm, "config": bc.to_json(), "harness_id": harness.id, "run_id": self.run_id, **stats,
+            **({"params": dict(cfg.params)} if cfg.params else {}),
             "expert_tokens": tokens, "expert_tokens_per_row": round(tokens / max(1, len(rows)), 1)})
         keep = ("rows", "by_kind", "verified_share", "expert_tokens", "expert_tokens_per_row", "usage", "student_pass_rate")
         return {"dataset": rec.id, **{k: rec.manifest.get(k) for k in keep}}
@@ -239,7 +280,7 @@ class Experiment:
                         cell = self.done.get(f"eval:{f}:{who}:{label}:{w}")
                         row[w] = None if cell is None else {"pass_at_1": cell["pass_at_1"], "ci95": cell["ci95"]}
                     rows.append(row)
-        out = {"run_id": self.run_id, "config": self.cfg.model_dump(), "rows": rows,
+        out = {"run_id": self.run_id, "config": self.cfg.to_json(), "rows": rows,
                "cells_done": len(self.done), "cells_total": len(cells(self.cfg)) + 9 * len(self.cfg.families)}
         if any(m.startswith("synthetic/") for m in (self.cfg.weak, self.cfg.expert)):
             out["notice"] = TESTBED_NOTICE
@@ -264,7 +305,7 @@ def run_experiment(cfg: ExperimentConfig, store_path: Path, *, resume: str | Non
         cfg = ExperimentConfig.model_validate(run.config)
         run_id = resume
     else:
-        run_id = store.create_run("experiment", cfg.model_dump())
+        run_id = store.create_run("experiment", cfg.to_json())
     lease = store.claim_run(run_id)
     try:
         out = Experiment(cfg, store, run_id, progress).run(address)

@@ -84,6 +84,10 @@ class EvolveConfig:
     handbook: bool = True  # the proposer may consult the family's handbook
     family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha, the old rule)
     budget: Budget = Budget()
+    # family parameters of the train and val instances (e.g. {"size": 0, "difficulty": 1}); {} = the
+    # family's defaults, and then left out of `to_json`, so a config journalled before it existed reads
+    # back the same
+    params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("train_batch", "val_n", "candidates", "chunk", "plateau", "evidence_failures", "val_seeds"):
@@ -94,7 +98,10 @@ class EvolveConfig:
         make_rule(self.rule, self.alpha)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.params:
+            del out["params"]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EvolveConfig:
@@ -175,10 +182,10 @@ class HarnessEvolution:
         self.rule = make_rule(config.rule, config.alpha)
         if config.val_n > self.family.split_sizes["val"]:
             raise ValueError(f"val_n {config.val_n} exceeds the val split of {config.family} ({self.family.split_sizes['val']})")
-        instances = self.family.generate("val", config.val_n)
+        instances = self.family.generate("val", config.val_n, **config.params)
         # the paired comparison's units: every val instance at every val seed
         self.val = [(inst, config.seed + r) for inst in instances for r in range(config.val_seeds)]
-        self.train = self.family.generate("train")
+        self.train = self.family.generate("train", **config.params)
         self.log = structlog.get_logger(role="meta", run_id=run_id)
         self._t0 = time.monotonic()
         self._seconds_before = 0.0
