@@ -178,6 +178,7 @@ def eval_cmd(
     model: Annotated[str, typer.Option("--model", help="provider/model[@adapter], or several, comma-separated")] = "synthetic/weak",
     reference: Annotated[bool, typer.Option("--reference", help="also score the reference solver")] = False,
     repeats: Annotated[int, typer.Option("--repeats", help="rollouts per instance (seeds seed..seed+K-1)")] = 1,
+    params: Annotated[str, typer.Option("--params", help="family parameters, e.g. size=0,difficulty=1 (the small-model level)")] = "",
     workers: Annotated[int, typer.Option("--workers", help="rollout actors")] = 2,
     address: Annotated[str | None, typer.Option("--address", help="attach to a Ray cluster")] = None,
     seed: SeedOpt = 0,
@@ -196,7 +197,9 @@ def eval_cmd(
 
     configure_logging(json_lines=log_json or None)
     models = tuple(m.strip() for m in model.split(",") if m.strip())
-    req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference, repeats)
+    from cluster.jobs import parse_params
+
+    req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference, repeats, parse_params(params))
     plan = validate_eval(req, store)  # raises on bad input; writes nothing
     from cluster.jobs import stop_on_signals
 

@@ -45,6 +45,7 @@ class EvalRequest:
     address: str | None
     reference: bool = False  # also score each family's reference solver
     repeats: int = 1  # rollouts per instance, at seeds seed, seed+1, ...
+    params: tuple[tuple[str, Any], ...] = ()  # family parameters (size, difficulty), sorted; () = defaults
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,36 @@ def _validate_served(ref: ModelRef) -> None:
             raise ValueError(f"model {ref}: no adapter {ref.adapter!r} in {adapters} (register it: coevolve models register ...)")
 
 
+def parse_params(text: str) -> tuple[tuple[str, Any], ...]:
+    """`size=0,difficulty=1` -> (("difficulty", 1), ("size", 0)); integers only (every family's
+    parameters are); ValueError with one line otherwise."""
+    out: dict[str, int] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key:
+            raise ValueError(f"--params item {item!r} is not key=value (e.g. --params size=0,difficulty=1)")
+        if key in out:
+            raise ValueError(f"--params names {key!r} twice")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise ValueError(f"--params {key}={value!r}: not an integer") from None
+    return tuple(sorted(out.items()))
+
+
+def check_params(fam: Any, params: dict[str, Any]) -> None:
+    """Family parameters are known to the family and within 0..64 (the levels use 0..4)."""
+    unknown = sorted(set(params) - set(fam.default_params))
+    if unknown:
+        raise ValueError(f"{fam.name} has no parameter {', '.join(map(repr, unknown))} (it has: {', '.join(sorted(fam.default_params))})")
+    for k, v in params.items():
+        if not 0 <= v <= 64:
+            raise ValueError(f"parameter {k}={v} is out of range 0..64")
+
+
 def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     """Check every input; raise ValueError/StoreError with one clear line. Writes nothing."""
     from harness_store.store import HarnessStore, is_fresh_store_dir
@@ -323,14 +354,16 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     harnesses: dict[str, Harness] = {}
     baseline: dict[str, bool] = {}
     instances: dict[str, list[TaskInstance]] = {}
+    params = dict(req.params)
     for name, fam in fams.items():
+        check_params(fam, params)
         if req.harness == "baseline":
             harnesses[name], baseline[name] = fam.baseline_harness(), True
         else:
             if store is None:
                 raise ValueError(f"unknown harness {req.harness!r}: the store {store_path} does not exist yet")
             harnesses[name], baseline[name] = store.resolve_harness(req.harness, name), False
-        instances[name] = fam.generate(req.split, req.n, seed=req.seed)
+        instances[name] = fam.generate(req.split, req.n, seed=req.seed, **params)
     return EvalPlan(req, store_path, families, harnesses, baseline, instances)
 
 
@@ -433,6 +466,8 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
         "family": fam, "split": req.split, "n": req.n, "harness_id": h.id, "model": model,
         "seed": req.seed, "workers": req.workers, "repeats": req.repeats,
     }
+    if req.params:  # only when set: an eval at the defaults keeps the config (and continuation) it had
+        config["params"] = dict(req.params)
     jobs = [RolloutJob(i, h, model, req.seed + r) for r in range(req.repeats) for i in plan.instances[fam]]
     keys = [rollout_key(j.instance, j.harness.id, j.model, j.seed) for j in jobs]
     run_id, lease, have = _eval_run(store, config, keys)
