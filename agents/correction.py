@@ -29,9 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agents.context import apply_policy
 from agents.executor import openai_tool
 from agents.expert import corrected_message, prefix_messages
 from harness_store.values import FailureLocus, Harness, TaskInstance, TrainingRow, Trajectory
+from tasks import get_family
 
 ARMS = ("correction", "imitation")
 
@@ -101,35 +103,64 @@ def tools_of(harness: Harness) -> list[dict[str, Any]]:
     return [openai_tool(t) for t in harness.tools]
 
 
+def offered_tools(instance: TaskInstance, harness: Harness) -> list[dict[str, Any]]:
+    """The tool schemas a rollout of `instance` under `harness` offered the model: the harness tools its
+    environment implements, in the harness's order (what `Executor.rollout` sends with every call; a
+    tool whose implementation the environment lacks was never shown to the model)."""
+    env = get_family(instance.family).make_env(instance)
+    try:
+        available = {t.impl for t in env.tool_specs()}
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+    return [openai_tool(t) for t in harness.tools if t.impl in available]
+
+
+def _provenance(traj: Trajectory, harness: Harness, kind: str) -> dict[str, Any]:
+    """Where a row comes from; `decoding` (the harness's policy, when not the default) also decides how
+    training renders its loss-bearing turns (`services.training`: constrained answers)."""
+    decoding = {} if harness.decoding.is_default else {"decoding": asdict(harness.decoding)}
+    return {"kind": kind, "trajectory": traj.id, "instance": traj.instance.id, "seed": traj.seed,
+            "model": traj.model, "harness_id": traj.harness_id, **decoding}
+
+
+def _check_harness(traj: Trajectory, harness: Harness) -> None:
+    if harness.id != traj.harness_id:
+        raise ValueError(f"trajectory {traj.id[:12]} ran under harness {traj.harness_id[:12]}, not {harness.id[:12]}")
+
+
 def full_row(traj: Trajectory, harness: Harness, kind: str) -> TrainingRow:
-    """A whole passing rollout, loss on every assistant turn."""
+    """A whole passing rollout, loss on every assistant turn, with the tools the rollout offered. The
+    messages are the whole record: under a context policy that elided something, a later turn's
+    context here is fuller than the model's was (correction rows, one turn each, are exact)."""
+    _check_harness(traj, harness)
     messages = [{**m, "train": True} if m.get("role") == "assistant" else dict(m) for m in traj.messages]
-    return TrainingRow(
-        tuple(messages),
-        tuple(tools_of(harness)),
-        {"kind": kind, "trajectory": traj.id, "instance": traj.instance.id, "seed": traj.seed,
-         "model": traj.model, "harness_id": traj.harness_id},
-    )
+    return TrainingRow(tuple(messages), tuple(offered_tools(traj.instance, harness)), _provenance(traj, harness, kind))
+
+
+def correction_prefix(traj: Trajectory, harness: Harness, turn: int) -> list[dict[str, Any]]:
+    """What the model was sent before its assistant turn `turn`: the messages so far as the harness's
+    context policy let it see them, assistant turns without loss."""
+    visible, _ = apply_policy(prefix_messages(traj, turn), harness.context)
+    return [{**m, "train": False} if m.get("role") == "assistant" else dict(m) for m in visible]
 
 
 def correction_row(traj: Trajectory, harness: Harness, locus: FailureLocus, best: dict[str, Any],
                    candidates: list[dict[str, Any]], replay: Trajectory | None,
                    cuts: dict[str, list[str]] | None = None) -> TrainingRow:
-    """The weak model's own prefix (no loss, text unchanged) + the corrected turn (loss). Nothing after.
+    """The weak model's own prefix as it was sent to the model at the failing turn (no loss: the
+    messages as the context policy showed them and the tools the rollout offered, so that it renders to
+    the very prompt the server rendered) + the corrected turn (loss). Nothing after.
     `cuts`: what the roles' prompts lost to their context windows, per role (kept in the provenance)."""
-    prefix = [{**m, "train": False} if m.get("role") == "assistant" else dict(m)
-              for m in prefix_messages(traj, locus.turn_index)]
+    _check_harness(traj, harness)
+    prefix = correction_prefix(traj, harness, locus.turn_index)
     fixed = {**corrected_message(best, locus.turn_index), "train": True}
     return TrainingRow(
         (*prefix, fixed),
-        tuple(tools_of(harness)),
+        tuple(offered_tools(traj.instance, harness)),
         {
-            "kind": "corrected",
-            "trajectory": traj.id,
-            "instance": traj.instance.id,
-            "seed": traj.seed,
-            "model": traj.model,
-            "harness_id": traj.harness_id,
+            **_provenance(traj, harness, "corrected"),
             "locus": {"turn": locus.turn_index, "reason": locus.reason},
             "candidates": candidates,
             "replay_passed": None if replay is None else replay.passed,

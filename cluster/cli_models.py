@@ -372,19 +372,23 @@ def list_adapters(
     if as_json:
         print(
             json.dumps(
-                [{"id": r.id, "base_model": r.base_model, "path": r.path, "metrics": r.metrics} for r in refs]
+                [{"id": r.id, "base_model": r.base_model, "path": r.path, "metrics": r.metrics,
+                  "trained_under": r.trained_under} for r in refs]
             )
         )
         return
-    t = Table("id", "base model", "backend", "steps", "final loss", "path")
+    t = Table("id", "base model", "backend", "steps", "final loss", "harness", "decoding", "path")
     for r in refs:
         curve = r.metrics.get("loss_curve") or [None]
+        harnesses = [h["harness_id"][:12] for h in r.trained_under.get("harnesses") or ()]
         t.add_row(
             r.id,
             r.base_model,
             str(r.train_config.get("backend", "")),
             str(r.metrics.get("steps", "")),
             f"{curve[-1]:.4f}" if isinstance(curve[-1], float) else "",
+            " ".join(harnesses) or "-",
+            "; ".join(p.describe() for p in r.decodings()) or "-",
             r.path,
         )
     console.print(t)

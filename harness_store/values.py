@@ -368,6 +368,19 @@ class AdapterRef:
     dataset_hash: str
     train_config: dict[str, Any]
     metrics: dict[str, Any] = field(default_factory=dict)
+    # What the adapter was trained under, read from its rows' provenance (`services.training`):
+    # {"harnesses": [{"harness_id", "decoding": DecodingPolicy fields, "rows"}...], "rows_without_harness"}.
+    # {} for an adapter registered from a folder (or recorded before the field existed).
+    trained_under: dict[str, Any] = field(default_factory=dict, metadata={OMIT_DEFAULT: True})
+
+    def decodings(self) -> list[DecodingPolicy]:
+        """The decoding policies of the harnesses it was trained under (distinct, in record order)."""
+        out: list[DecodingPolicy] = []
+        for h in self.trained_under.get("harnesses") or ():
+            policy = DecodingPolicy(**h.get("decoding", {}))
+            if policy not in out:
+                out.append(policy)
+        return out
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,14 @@
 
 - `backend="peft"`: a Ray Train `TorchTrainer` job (`ScalingConfig(num_workers=1, use_gpu=False)` on
   CPU) running a peft LoRA loop. Each `TrainingRow` is rendered with the base model's own chat template
-  (the same text vLLM renders at inference) and tokenised segment by segment, so the tokens that carry
-  loss are exactly the assistant turns the row marks `"train": true` (up to and including the turn's
-  end token). Every epoch ends with a checkpoint (adapter, optimizer, step count); rerunning a job
+  as vLLM renders it at inference: the prompt before its first loss-bearing turn is token for token the
+  server's prompt for that turn, and the tokens that carry loss are exactly the assistant turns the row
+  marks `"train": true` (up to and including the turn's end token), written as the model writes them
+  under the row's decoding policy ("tokenisation" below). Every epoch ends with a checkpoint (adapter, optimizer, step count); rerunning a job
   with the same adapter id and store resumes from the last one. The final adapter folder is a plain
   peft folder that vLLM loads unchanged; it lands in `<store>/adapters/<adapter_id>/`, the folder the
-  Serve app loads adapters from by id, and an `AdapterRef` goes into the store.
+  Serve app loads adapters from by id, and an `AdapterRef` goes into the store, recording the harnesses
+  and decoding policies the rows were collected under (`trained_under`, from the rows' provenance).
 - `backend="synthetic"`: `agents.synthetic.learn_adapter(rows, base_model)` learns a synthetic adapter
   (DESIGN §5) from the same rows; the result is written as `synthetic_adapter.json` in the adapter
   folder and registered the same way.
@@ -144,6 +146,31 @@ def load_rows(source: str | Path | Iterable[TrainingRow | dict[str, Any]]) -> li
     return rows
 
 
+def trained_under(rows: Sequence[TrainingRow]) -> dict[str, Any]:
+    """The harnesses (and so decoding policies) the rows' rollouts ran under, from their provenance
+    (`harness_id`, `decoding`: absent means the default policy), with the rows of each: what an
+    adapter records (`AdapterRef.trained_under`)."""
+    from dataclasses import asdict
+
+    from harness_store.values import DecodingPolicy
+
+    counts: dict[tuple[str, str], int] = {}
+    policies: dict[str, dict[str, Any]] = {}
+    without = 0
+    for r in rows:
+        hid = r.provenance.get("harness_id")
+        if not isinstance(hid, str) or not hid:
+            without += 1
+            continue
+        decoding = row_decoding(r)
+        policy = asdict(DecodingPolicy(**{f: decoding[f] for f in ("tool_calls", "temperature", "max_tokens") if f in decoding}))
+        key = (hid, json.dumps(policy, sort_keys=True))
+        policies[key[1]] = policy
+        counts[key] = counts.get(key, 0) + 1
+    harnesses = [{"harness_id": hid, "decoding": policies[p], "rows": n} for (hid, p), n in counts.items()]
+    return {**({"harnesses": harnesses} if harnesses else {}), **({"rows_without_harness": without} if without else {})}
+
+
 def row_to_json(row: TrainingRow) -> dict[str, Any]:
     return row.to_json()
 
@@ -157,6 +184,53 @@ def dataset_hash(rows: Sequence[TrainingRow]) -> str:
 
 
 # --------------------------------------------------------------------------------- tokenisation
+# What a row is rendered to, so that the model is trained on what it saw and wrote (issue 22.4):
+#
+# - A row's messages and tools are what the rollout sent the server for its turns (the correction
+#   row's prefix is the context policy's view, and the tools those the environment offered:
+#   `agents.correction`). vLLM's OpenAI server normalises the messages before its chat template sees
+#   them (`vllm.renderers.chat_utils._postprocess_messages`): a tool call's `arguments` string is
+#   parsed, and arguments that are not a JSON object (not JSON, a list, a number) or are empty become
+#   `{}`; an empty `tool_calls` list is dropped. `_template_messages` does the same.
+# - The prompt of the first loss-bearing turn is the chat template's rendering of everything before
+#   it with the generation prompt, tokenised in one piece (vLLM tokenises a chat prompt whole,
+#   without special tokens): token for token the prompt the server built for that turn.
+# - A loss-bearing turn is what the model writes: in free mode the template's rendering of the message
+#   (the `<tool_call>` form the server's tool parser reads); in constrained mode (the row's provenance
+#   names `decoding.tool_calls: constrained`) the one call as the JSON text the structured-output
+#   grammar makes it write (`constrained_answer`). Either way through its end-of-turn token.
+# - In constrained mode the server shows an earlier call in its `<tool_call>` form, not as the JSON
+#   written, so a row with several loss-bearing turns is trained as one sequence per such turn
+#   (`training_sequences`): each turn's context is then the server's, at the price of the shared
+#   prefix's tokens once per turn.
+
+CONSTRAINED = "constrained"
+
+
+def row_decoding(row: TrainingRow) -> dict[str, Any]:
+    """The decoding policy the row's rollout ran under (its provenance's `decoding`; {} = the default)."""
+    decoding = row.provenance.get("decoding")
+    return dict(decoding) if isinstance(decoding, dict) else {}
+
+
+def is_constrained(row: TrainingRow) -> bool:
+    return row_decoding(row).get("tool_calls") == CONSTRAINED
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments as vLLM hands them to the chat template: a JSON object, else {}."""
+    if isinstance(raw, dict):
+        return raw
+    if not raw:
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
+
+
 @dataclass(frozen=True)
 class EncodedRow:
     input_ids: list[int]
@@ -168,26 +242,62 @@ class EncodedRow:
 
 
 def _template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as vLLM hands them to the chat template: no `train` key, tool-call arguments parsed."""
+    """Messages as vLLM hands them to the chat template: no `train` key, tool-call arguments parsed
+    (a JSON object, else {}), no empty `tool_calls`, no `None` content."""
     out = []
     for m in messages:
         m = {k: v for k, v in m.items() if k != "train"}
-        if m.get("role") == "assistant" and m.get("tool_calls"):
-            calls = []
-            for tc in m["tool_calls"]:
-                tc = dict(tc)
-                fn = dict(tc.get("function") or {})
-                if isinstance(fn.get("arguments"), str):
-                    try:
-                        fn["arguments"] = json.loads(fn["arguments"])
-                    except json.JSONDecodeError:
-                        pass
-                tc["function"] = fn
-                calls.append(tc)
-            m["tool_calls"] = calls
+        if m.get("role") == "assistant" and "tool_calls" in m:
+            if not m["tool_calls"]:
+                del m["tool_calls"]
+            else:
+                calls = []
+                for tc in m["tool_calls"]:
+                    tc = dict(tc)
+                    fn = dict(tc.get("function") or {})
+                    fn["arguments"] = _arguments(fn.get("arguments"))
+                    tc["function"] = fn
+                    calls.append(tc)
+                m["tool_calls"] = calls
         if m.get("content") is None:
             m["content"] = ""
         out.append(m)
+    return out
+
+
+def _schema_order(arguments: dict[str, Any], tool: dict[str, Any] | None) -> dict[str, Any]:
+    """`arguments` with the tool schema's properties first, in the schema's order (the order the
+    grammar writes them in), then any others as they come."""
+    props = list(((tool or {}).get("function") or {}).get("parameters", {}).get("properties") or {})
+    first = {k: arguments[k] for k in props if k in arguments}
+    return {**first, **{k: v for k, v in arguments.items() if k not in first}}
+
+
+def constrained_answer(message: dict[str, Any], tools: Sequence[dict[str, Any]]) -> str:
+    """The text a constrained reply making `message`'s one tool call is (`services.constrained`): the
+    object `{"name": ..., "arguments": {...}}` as compact JSON (the Serve app's guidance backend allows
+    no free whitespace), properties in the schema's order. TrainingError when the message does not
+    make exactly one call: a constrained reply cannot be anything else."""
+    calls = message.get("tool_calls") or []
+    if len(calls) != 1:
+        raise TrainingError(f"a constrained row's trained turn makes {len(calls)} tool calls, not 1")
+    fn = calls[0].get("function") or {}
+    by_name = {(t.get("function") or {}).get("name"): t for t in tools}
+    arguments = _schema_order(_arguments(fn.get("arguments")), by_name.get(fn.get("name")))
+    return json.dumps({"name": fn.get("name"), "arguments": arguments}, separators=(",", ":"), ensure_ascii=False)
+
+
+def training_sequences(row: TrainingRow) -> list[TrainingRow]:
+    """The rows a row is trained as: itself, or, for a constrained row with several loss-bearing turns,
+    one row per such turn (everything before it, with no loss, and the turn), so that each turn's
+    context is the prompt the server rendered for it (module comment above)."""
+    trained = [i for i, m in enumerate(row.messages) if m.get("role") == "assistant" and m.get("train")]
+    if len(trained) <= 1 or not is_constrained(row):
+        return [row]
+    out = []
+    for i in trained:
+        messages = tuple({**m, "train": False} if m.get("role") == "assistant" else m for m in row.messages[:i])
+        out.append(TrainingRow((*messages, row.messages[i]), row.tools, {**row.provenance, "turn_of_row": i}))
     return out
 
 
@@ -207,15 +317,31 @@ def _end_token_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
-def encode_row(row: TrainingRow, tokenizer: Any, max_seq_len: int = 4096) -> EncodedRow:
-    """Tokens and labels for one row through the tokenizer's chat template.
+def prompt_ids(row: TrainingRow, tokenizer: Any) -> list[int]:
+    """The tokens before the row's first loss-bearing turn: what the server's prompt for that turn is."""
+    enc = encode_row(row, tokenizer, max_seq_len=1 << 30)
+    return enc.input_ids[: next(i for i, x in enumerate(enc.labels) if x != IGNORE)]
 
-    The conversation is rendered prefix by prefix; each piece is tokenised on its own, exactly as vLLM
-    tokenises a prompt and then appends generated tokens. Loss falls on an assistant turn's tokens (after
-    the generation prompt, up to and including its end-of-turn token) when the turn has `train: true`.
+
+def encode_row(row: TrainingRow, tokenizer: Any, max_seq_len: int = 4096) -> EncodedRow:
+    """Tokens and labels for one row through the tokenizer's chat template (module comment above).
+
+    Everything before the first loss-bearing turn is tokenised in one piece, as the server tokenised
+    that turn's prompt; from there the conversation is rendered prefix by prefix and each piece
+    tokenised on its own, as the model's generated tokens follow its prompt. Loss falls on an
+    assistant turn's tokens (after the generation prompt, up to and including its end-of-turn token)
+    when the turn has `train: true`. A constrained row takes one loss-bearing turn
+    (`training_sequences` splits the others).
     """
     msgs = _template_messages(row.messages)
     tools = list(row.tools) or None
+    constrained = is_constrained(row)
+    trained = [i for i, m in enumerate(row.messages) if m.get("role") == "assistant" and m.get("train")]
+    if constrained and len(trained) > 1:
+        raise TrainingError("a constrained row with several trained turns is trained turn by turn (training_sequences)")
+    if constrained and trained:  # the trained turn as the answer the grammar makes the model write
+        i = trained[0]
+        msgs[i] = {"role": "assistant", "content": constrained_answer(row.messages[i], row.tools)}
     ends = _end_token_ids(tokenizer)
     ids: list[int] = []
     labels: list[int] = []
@@ -239,7 +365,7 @@ def encode_row(row: TrainingRow, tokenizer: Any, max_seq_len: int = 4096) -> Enc
         labels.extend(lab)
 
     for i, m in enumerate(row.messages):
-        if m.get("role") == "assistant":
+        if m.get("role") == "assistant" and (i >= trained[0] if trained else True):
             add(_render(tokenizer, msgs[:i], tools, gen=True), False)
             add(_render(tokenizer, msgs[: i + 1], tools, gen=False), bool(m.get("train")))
     add(_render(tokenizer, msgs, tools, gen=False), False)
@@ -290,7 +416,16 @@ def run_peft_loop(
     tokenizer = AutoTokenizer.from_pretrained(loop["base"])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows = [_row_from_json(r, f"row {i}") for i, r in enumerate(loop["rows"])]
-    encoded = [encode_row(r, tokenizer, cfg.max_seq_len) for r in rows]
+    encoded = [encode_row(s, tokenizer, cfg.max_seq_len) for r in rows for s in training_sequences(r)]
+    # a sequence cut at max_seq_len before its loss-bearing turn has nothing to learn (and a loss over
+    # no tokens is NaN): it is left out, and counted
+    cut = sum(1 for e in encoded if not e.loss_tokens)
+    encoded = [e for e in encoded if e.loss_tokens]
+    if not encoded:
+        raise TrainingError(
+            f"every one of the {cut} training sequences is longer than max_seq_len {cfg.max_seq_len} before its"
+            " trained turn: raise max_seq_len"
+        )
 
     device = torch.device("cuda", torch.cuda.current_device()) if cfg.use_gpu else torch.device("cpu")
     model = AutoModelForCausalLM.from_pretrained(loop["base"], dtype=getattr(torch, cfg.dtype)).to(device)
@@ -305,7 +440,8 @@ def run_peft_loop(
     optim = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
-    state = {"epoch": 0, "step": 0, "losses": [], "tokens": 0, "resumed_from_epoch": None}
+    state = {"epoch": 0, "step": 0, "losses": [], "tokens": 0, "resumed_from_epoch": None,
+             "sequences": len(encoded), "sequences_cut": cut}
     ckpt = restore()
     if ckpt:
         ck = Path(ckpt)
@@ -477,6 +613,7 @@ def _train_synthetic(
         dataset_hash=digest,
         train_config={"backend": "synthetic", **cfg.model_dump()},
         metrics={"rows": len(rows)},
+        trained_under=trained_under(rows),
     )
 
 
@@ -521,7 +658,8 @@ def _train_peft(
     stop = threading.Event()
     watcher = None
     if progress is not None:
-        progress({"step": 0, "total": cfg.steps_per_epoch(len(rows)) * cfg.epochs, "epoch": 0, "loss": None})
+        n_seq = sum(len(training_sequences(r)) for r in rows)
+        progress({"step": 0, "total": cfg.steps_per_epoch(n_seq) * cfg.epochs, "epoch": 0, "loss": None})
 
         def watch() -> None:
             last = None
@@ -563,6 +701,8 @@ def _train_peft(
         "loss_curve": state["losses"],
         "tokens": state["tokens"],
         "resumed_from_epoch": state.get("resumed_from_epoch"),
+        "sequences": state.get("sequences"),
+        **({"sequences_cut": state["sequences_cut"]} if state.get("sequences_cut") else {}),
         "wall_s": round(time.perf_counter() - t0, 3),
         "tokens_per_s": (result.metrics or {}).get("tokens_per_s"),
     }
@@ -582,4 +722,5 @@ def _train_peft(
         dataset_hash=digest,
         train_config={"backend": "peft", **cfg.model_dump()},
         metrics=metrics,
+        trained_under=trained_under(rows),
     )
