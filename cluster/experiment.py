@@ -36,7 +36,6 @@ from cluster.profiles import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, validated
 
 log = structlog.get_logger(role="experiment")
 HARNESSES = ("baseline", "evolved")
-PARAM_RANGE = (0, 64)  # family parameter values (the levels use 0..4)
 WEIGHTS = ("base", "imitation", "correction")
 
 
@@ -100,18 +99,13 @@ class ExperimentConfig(BaseModel):
     @field_validator("params")
     @classmethod
     def _family_params(cls, v: dict[str, int], info: ValidationInfo) -> dict[str, int]:
-        """Every family of the experiment has each parameter, each within PARAM_RANGE."""
+        """Every family of the experiment has each parameter, each in range (`coevolve eval --params`'s
+        check, `cluster.jobs.check_params`)."""
+        from cluster.jobs import check_params
         from tasks import get_family
 
-        for key, value in v.items():
-            if not PARAM_RANGE[0] <= value <= PARAM_RANGE[1]:
-                raise ValueError(f"{key}={value} is out of range {PARAM_RANGE[0]}..{PARAM_RANGE[1]}")
         for name in info.data.get("families") or ():  # absent when the families were refused
-            known = get_family(name).default_params
-            unknown = sorted(set(v) - set(known))
-            if unknown:
-                has = ", ".join(sorted(known)) or "none"
-                raise ValueError(f"family {name} has no parameter {', '.join(map(repr, unknown))} (it has: {has})")
+            check_params(get_family(name), v)
         return dict(sorted(v.items()))
 
     def to_json(self) -> dict[str, Any]:

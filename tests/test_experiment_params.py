@@ -34,11 +34,11 @@ def test_params_are_read_from_the_yaml_and_from_overrides(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["families=[iot]", "params.sizes=0"], "params: Value error, family iot has no parameter 'sizes' (it has: difficulty, size)"),
+        (["families=[iot]", "params.sizes=0"], "params: Value error, iot has no parameter 'sizes' (it has: difficulty, size)"),
         (["families=[iot]", "params.size=true"], "params.size: Input should be a valid integer"),
         (["families=[iot]", "params.size='0'"], "params.size: Input should be a valid integer"),
-        (["families=[iot]", "params.size=65"], "params: Value error, size=65 is out of range 0..64"),
-        (["families=[iot]", "params.difficulty=-1"], "params: Value error, difficulty=-1 is out of range 0..64"),
+        (["families=[iot]", "params.size=65"], "params: Value error, parameter size=65 is out of range 0..64"),
+        (["families=[iot]", "params.difficulty=-1"], "params: Value error, parameter difficulty=-1 is out of range 0..64"),
         (["families=[iot]", "params=[0]"], "params: Input should be a valid dictionary"),
     ],
 )
@@ -55,7 +55,7 @@ def test_every_family_of_the_experiment_must_have_the_parameter():
     external = external_family_names()
     if not external:
         pytest.skip("no external family is installed")
-    with pytest.raises(ValueError, match=rf"family {external[0]} has no parameter 'size' \(it has: "):
+    with pytest.raises(ValueError, match=rf"{external[0]} has no parameter 'size' \(it has: "):
         load_config(EXPERIMENT, [f"families=[iot, {external[0]}]", "params.size=0"])
 
 
@@ -67,7 +67,7 @@ def test_the_command_refuses_a_bad_parameter_in_one_error_line_and_writes_nothin
                                    "families=[iot]", "params.level=0"])
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert lines == ["error: experiment config: params: Value error, family iot has no parameter 'level' (it has: difficulty, size)"]
+    assert lines == ["error: experiment config: params: Value error, iot has no parameter 'level' (it has: difficulty, size)"]
     assert not store.exists()
 
 
