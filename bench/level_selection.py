@@ -76,7 +76,7 @@ def read_cells(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     return cells
 
 
-def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int) -> dict[str, Any]:
+def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int, in_flight: int) -> dict[str, Any]:
     """One cell: an eval run of `model` under the rule's `kind` harness at `level`'s params."""
     from cluster.jobs import EvalRequest, run_eval, validate_eval
     from harness_store.store import HarnessStore
@@ -87,7 +87,7 @@ def run_cell(store: Path, model: str, level: str, family: str, kind: str, worker
         hs.put_harness(harness, rationale=f"level selection: the rule's {kind} harness (docs/results/real-weights-design.md §3)")
         hs.set_alias(f"{family}:selection-{kind}", harness.id)
     params = tuple(sorted(LEVELS[level].items()))
-    req = EvalRequest(family, "val", n, harness.id, (model,), workers, 0, None, repeats=SEEDS, params=params)
+    req = EvalRequest(family, "val", n, harness.id, (model,), workers, 0, None, repeats=SEEDS, params=params, max_in_flight=in_flight)
     started = time.perf_counter()
     [res] = run_eval(validate_eval(req, store), progress=sys.stderr.isatty())
     out = res.as_json()
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default=",".join(SMALL_LEVEL_FAMILIES))
     ap.add_argument("--harnesses", default="oracle,baseline")
     ap.add_argument("--n", type=int, default=VAL_N, help="val instances per cell (the rule: 50)")
-    ap.add_argument("--workers", type=int, default=8, help="rollout actors (concurrent requests to the server)")
+    ap.add_argument("--workers", type=int, default=4, help="rollout actors")
+    ap.add_argument("--in-flight", type=int, default=16, help="rollouts at once (the served engine's max_num_seqs: a longer queue only waits, past the gateway's timeout)")
     ap.add_argument("--table", action="store_true", help="print the table of what --out holds; run nothing")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -133,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [x for x in a.harnesses.split(",") if x]
     bad = [x for x in levels if x not in LEVELS] + [x for x in families if x not in SMALL_LEVEL_FAMILIES]
     bad += [x for x in kinds if x not in ("oracle", "baseline")]
-    if bad or not (1 <= a.n <= VAL_N) or a.workers < 1:
-        print(f"error: unknown level/family/harness {bad} or --n outside 1..{VAL_N} or --workers < 1", file=sys.stderr)
+    if bad or not (1 <= a.n <= VAL_N) or a.workers < 1 or a.in_flight < 1:
+        print(f"error: unknown level/family/harness {bad} or --n outside 1..{VAL_N} or --workers/--in-flight < 1", file=sys.stderr)
         return 2
     cells = read_cells(a.out)
     if not a.table:
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{len(order) - len(todo)} of {len(order)} cells already measured in {a.out}")
         for i, (lv, kind, f) in enumerate(todo, 1):
             progress(f"[{i}/{len(todo)}] {a.model} {lv} {LEVELS[lv]} {f} {kind} ...")
-            cell = run_cell(a.store, a.model, lv, f, kind, a.workers, a.n)
+            cell = run_cell(a.store, a.model, lv, f, kind, a.workers, a.n, a.in_flight)
             progress(f"[{i}/{len(todo)}] {f} {lv} {kind}: {100 * cell['pass_at_1']:.0f}% in {cell['seconds']:.0f}s")
             with a.out.open("a") as fh:
                 fh.write(json.dumps(cell, sort_keys=True) + "\n")

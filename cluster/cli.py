@@ -180,6 +180,7 @@ def eval_cmd(
     repeats: Annotated[int, typer.Option("--repeats", help="rollouts per instance (seeds seed..seed+K-1)")] = 1,
     params: Annotated[str, typer.Option("--params", help="family parameters, e.g. size=0,difficulty=1 (the small-model level)")] = "",
     workers: Annotated[int, typer.Option("--workers", help="rollout actors")] = 2,
+    max_in_flight: Annotated[int | None, typer.Option("--max-in-flight", help="rollouts at once (default: all); a small server's batch size keeps its queue short")] = None,
     address: Annotated[str | None, typer.Option("--address", help="attach to a Ray cluster")] = None,
     seed: SeedOpt = 0,
     store: StoreOpt = DEFAULT_STORE,
@@ -199,7 +200,7 @@ def eval_cmd(
     models = tuple(m.strip() for m in model.split(",") if m.strip())
     from cluster.jobs import parse_params
 
-    req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference, repeats, parse_params(params))
+    req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference, repeats, parse_params(params), max_in_flight)
     plan = validate_eval(req, store)  # raises on bad input; writes nothing
     from cluster.jobs import stop_on_signals
 

@@ -46,6 +46,7 @@ class EvalRequest:
     reference: bool = False  # also score each family's reference solver
     repeats: int = 1  # rollouts per instance, at seeds seed, seed+1, ...
     params: tuple[tuple[str, Any], ...] = ()  # family parameters (size, difficulty), sorted; () = defaults
+    max_in_flight: int | None = None  # rollouts at once (None: all), e.g. a small server's batch size
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,8 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
         raise ValueError(f"--n must be positive, got {req.n}")
     if req.repeats <= 0:
         raise ValueError(f"--repeats must be positive, got {req.repeats}")
+    if req.max_in_flight is not None and req.max_in_flight <= 0:
+        raise ValueError(f"--max-in-flight must be positive, got {req.max_in_flight}")
     check_workers(req.workers, req.address)
     check_seed(req.seed)
     if req.seed + req.repeats - 1 > SEED_MAX + 2**20:
@@ -387,7 +390,7 @@ def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
     pool = None
     try:
         _start_ray(req.address)
-        pool = RolloutPool(req.workers)
+        pool = RolloutPool(req.workers, max_in_flight=req.max_in_flight)
         for fam in plan.families:
             h = plan.harnesses[fam]
             store.put_harness(h, rationale="family baseline" if plan.baseline[fam] else "")
