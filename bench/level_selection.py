@@ -100,7 +100,8 @@ def run_cell(store: Path, model: str, level: str, family: str, kind: str, worker
 
 
 def table(cells: dict[tuple[str, str, str, str], dict[str, Any]], model: str, levels: list[str], families: list[str]) -> str:
-    lines = [f"SmolLM2 level selection: {model}, val {VAL_N} x {SEEDS} seeds, pass@1 % [95% interval]", ""]
+    sizes = sorted({c["rollouts"] for k, c in cells.items() if k[0] == model}) or [VAL_N * SEEDS]
+    lines = [f"level selection: {model}, val, {'/'.join(map(str, sizes))} rollouts a cell ({SEEDS} seeds), pass@1 % [95% interval]", ""]
     head = "| family | " + " | ".join(f"{lv} oracle | {lv} baseline" for lv in levels) + " |"
     lines += [head, "|---" * (1 + 2 * len(levels)) + "|"]
     for f in families:
@@ -150,13 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             with a.out.open("a") as fh:
                 fh.write(json.dumps(cell, sort_keys=True) + "\n")
             cells[a.model, lv, f, kind] = cell
-    rates = {(lv, f): c["pass_at_1"] for (m, lv, f, kind), c in cells.items() if m == a.model and kind == "oracle" and c["rollouts"] >= a.n * SEEDS}
+    # only cells of the rule's size decide (a pilot with --n < 50 decides nothing)
+    rates = {(lv, f): c["pass_at_1"] for (m, lv, f, kind), c in cells.items()
+             if m == a.model and kind == "oracle" and c["rollouts"] >= VAL_N * SEEDS}
     decision = choose_level(rates, list(LEVELS), list(SMALL_LEVEL_FAMILIES))
     if a.json:
         print(json.dumps({"cells": [c for k, c in sorted(cells.items()) if k[0] == a.model], "decision": decision}, sort_keys=True))
     else:
         print(table(cells, a.model, [lv for lv in LEVELS if any(k[0] == a.model and k[1] == lv for k in cells)] or levels, families))
-        where = "not decided yet (cells missing)" if not decision["complete"] else (
+        where = "not decided yet (cells of the rule's size missing)" if not decision["complete"] else (
             f"{decision['level']} with {', '.join(decision['families'])}" if decision["level"] else "no level qualifies")
         print(f"\nthe rule's experiment level: {where}; qualifying so far: {decision['qualifying']}")
     return 0
