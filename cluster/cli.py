@@ -83,6 +83,7 @@ LogJsonOpt = Annotated[bool, typer.Option(
     "--log-json", help="stderr as JSON lines only: logs, Ray workers' lines (re-emitted as JSON), errors; no progress bars"
 )]
 DEFAULT_STORE = Path(".coevolve")
+MAX_CANDIDATES = 64  # edits proposed per iteration (each is evaluated against the current harness)
 
 
 @app.callback()
@@ -269,7 +270,9 @@ def evolve_cmd(
             raise UsageError("--resume needs a run id (coevolve runs list --kind evolve shows them)")
         if fresh:
             raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
-        open_store(store, create=False).get_run(resume)
+        run = open_store(store, create=False).get_run(resume)
+        if run.kind != "evolve":  # before the progress display starts: its line would run into the error's
+            raise UsageError(f"run {resume!r} is a {run.kind} run, not an evolve run")
         config = None
     else:
         fam = get_family(family)
@@ -283,6 +286,15 @@ def evolve_cmd(
             math.isfinite(x) and x > 0 for x in (budget_usd, budget_seconds)
         ):
             raise UsageError("budgets, --workers and --val-seeds must be positive and finite")
+        from cluster.profiles import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, MAX_TOKENS
+
+        # a typo (--budget-rollouts 1e26 as digits) is an evolution that never ends, or a number the store cannot encode
+        for flag, value, most in (("--budget-rollouts", budget_rollouts, MAX_ROLLOUTS), ("--budget-iterations", budget_iterations, MAX_CYCLES),
+                                  ("--budget-tokens", budget_tokens, MAX_TOKENS), ("--plateau", plateau, MAX_CYCLES),
+                                  ("--candidates", candidates, MAX_CANDIDATES), ("--train-batch", train_batch, MAX_SIZE),
+                                  ("--val-seeds", val_seeds, MAX_SIZE)):
+            if value > most:
+                raise UsageError(f"{flag} must be at most {most:,}, got {value:,}")
         from cluster.jobs import check_seed, check_workers
 
         check_seed(seed)

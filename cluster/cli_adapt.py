@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from agents.report import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
-from cluster.cli import DEFAULT_STORE, JsonOpt, SeedOpt, StoreOpt, UsageError, _echo_json, cli_errors
+from cluster.cli import (
+    DEFAULT_STORE,
+    JsonOpt,
+    SeedOpt,
+    StoreOpt,
+    UsageError,
+    _echo_json,
+    cli_errors,
+    open_store,
+)
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
 judge_app = typer.Typer(no_args_is_help=True, help="The judge role.")
@@ -51,7 +61,11 @@ def _request(arm: str, family: str, harness: str, model: str, expert: str, judge
              samples: int, require_verified: bool, seed: int, workers: int, address: str | None,
              in_flight: int | None):
     from cluster.adapt import BuildRequest, build_config
+    from cluster.profiles import MAX_SIZE
 
+    for flag, value in (("--rows", rows), ("--k", k), ("--samples", samples), ("--in-flight", in_flight)):
+        if value is not None and value > MAX_SIZE:  # a typo is a build that never ends
+            raise UsageError(f"{flag} must be at most {MAX_SIZE:,}, got {value:,}")
     cfg = build_config(arm=arm, family=family, model=model, expert=expert, judge=judge, rows=rows, k=k,
                        samples=samples, require_verified=require_verified, seed=seed)
     return BuildRequest(cfg, harness, workers, address, in_flight)
@@ -100,7 +114,7 @@ def data_build(
     """Build one arm's training rows (JSONL + Parquet, content-addressed, in the store)."""
     from cluster.adapt import build_dataset, validate_build
 
-    _check_resume(resume)
+    _check_resume(resume, store, "data", "a data build")
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     validate_build(req, store)
     out = build_dataset(req, store, resume=resume, progress=_Stage(not as_json))
@@ -124,6 +138,7 @@ def data_list(store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None
     """Datasets in the store."""
     from harness_store.datasets import list_datasets
 
+    open_store(store, create=False).close()  # a --store that is no store (absent, a file): one error line
     recs = [{"id": r.id, "arm": r.manifest.get("arm"), "rows": r.manifest.get("rows"),
              "family": (r.manifest.get("config") or {}).get("family")} for r in list_datasets(store)]
     if as_json:
@@ -133,17 +148,31 @@ def data_list(store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None
         typer.echo(f"{r['id']}  {r['arm']:10s} {r['family'] or '-':10s} {r['rows']} rows")
 
 
-def _check_resume(resume: str | None) -> None:
-    """`--resume ""` names no run: an error, never a new run."""
-    if resume is not None and not resume.strip():
+def _check_resume(resume: str | None, store: Path, kind: str, what: str) -> None:
+    """`--resume RUN` names a `kind` run of the store, before anything is built or written: `--resume ""`
+    names no run (an error, never a new run), and a store that does not exist is not created."""
+    if resume is None:
+        return
+    if not resume.strip():
         raise UsageError("--resume needs a run id (coevolve runs list shows them)")
+    from harness_store.store import is_fresh_store_dir
+
+    if is_fresh_store_dir(store):
+        raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
+    st = open_store(store, create=False)
+    try:
+        run = st.get_run(resume)
+    finally:
+        st.close()
+    if run.kind != kind:
+        raise UsageError(f"run {resume!r} is a {run.kind} run, not {what}")
 
 
 def _train_config(overrides: list[str]) -> dict[str, Any]:
     """`key=value` TrainConfig overrides, validated as training will validate them; UsageError (one line)."""
     from pydantic import ValidationError
 
-    from cluster.profiles import parse_override
+    from cluster.profiles import check_train_bounds, parse_override
     from services.training import TrainConfig
 
     train_cfg: dict[str, Any] = {}
@@ -151,7 +180,7 @@ def _train_config(overrides: list[str]) -> dict[str, Any]:
         keys, value = parse_override(item)
         train_cfg[".".join(keys)] = value
     try:
-        TrainConfig.model_validate(train_cfg)
+        check_train_bounds(TrainConfig.model_validate(train_cfg))
     except ValidationError as e:
         first = e.errors()[0]
         raise UsageError(f"train config: {'.'.join(map(str, first['loc'])) or '(top level)'}: {first['msg']}") from None
@@ -188,7 +217,7 @@ def adapt_cmd(
     """Build -> train -> evaluate model@adapter on the test split against the base weights."""
     from cluster.adapt import build_dataset, evaluate_adapter, train_on, validate_build
 
-    _check_resume(resume)
+    _check_resume(resume, store, "data", "a data build")
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     h = validate_build(req, store)
     synthetic = model.startswith("synthetic/")
@@ -264,6 +293,13 @@ def judge_accuracy_cmd(
 
     if not model.startswith("synthetic/"):
         raise UsageError("the answer key exists for synthetic models only: --model must be synthetic/...")
+    from cluster.jobs import check_seed, check_workers
+    from cluster.profiles import MAX_SIZE
+
+    if not 1 <= repeats <= MAX_SIZE:
+        raise UsageError(f"--repeats must be in 1..{MAX_SIZE:,}, got {repeats}")
+    check_seed(seed)
+    check_workers(workers, address)  # an address is probed here: seconds, not a minute of Ray's retries
     try:
         families = judge_families(family)
     except ValueError as e:
@@ -350,9 +386,18 @@ def experiment_paper(
     """The reference study's matrix: {weak, expert} x {baseline, evolved} x {base, imitation, correction}."""
     from cluster.experiment import ExperimentConfig, load_config, run_experiment
 
-    _check_resume(resume)
+    _check_resume(resume, store, "experiment", "an experiment")
     if not config and not resume:
         raise UsageError("--config FILE (or --resume RUN_ID) is required")
+    if address is not None:
+        from cluster.runtime import check_reachable, check_token
+
+        check_token(address)
+        check_reachable(address)
+    if config:
+        from cluster.profiles import read_config_file
+
+        read_config_file(config, "experiment config")  # a huge or aliased file: refused before PyYAML spends minutes on it
     cfg = load_config(config, overrides or ()) if config else ExperimentConfig()
     stage = _Stage(not as_json)
     out = run_experiment(cfg, store, resume=resume, address=address,
@@ -380,8 +425,6 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """A self-contained HTML page (and a Markdown twin) with the experiment's tables and plots."""
-    from pathlib import Path
-
     from cluster.jobs import use_store
     from cluster.report import write_report
     from harness_store.store import HarnessStore

@@ -74,6 +74,12 @@ def serve(
 
     store = store or _default_store()
     try:
+        from cluster.profiles import read_config_file
+
+        read_config_file(config, "serve config")  # a huge or aliased file: refused before PyYAML spends minutes on it
+    except ValueError as e:
+        _fail(str(e))
+    try:
         cfg = load_serve_config(config, overrides or [])
     except ServingError as e:
         _fail(str(e))
@@ -236,16 +242,14 @@ def train(
 
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    from cluster.profiles import check_train_bounds, load_yaml, read_config_file
+
     data: dict[str, Any] = {}
     if config is not None:
         try:
-            data = yaml.safe_load(config.read_text()) or {}
-        except OSError as e:
-            _fail(f"cannot read train config {str(config)!r}: {e.strerror or e}")
-        except UnicodeDecodeError:
-            _fail(f"train config {str(config)!r} is not text (not UTF-8)")
-        except (yaml.YAMLError, RecursionError) as e:
-            _fail(f"train config {str(config)!r} is not valid YAML: {' '.join(str(e).split())}")
+            data = read_config_file(config, "train config")
+        except ValueError as e:
+            _fail(str(e))
         if not isinstance(data, dict):
             _fail(f"train config {str(config)!r} must be a mapping of TrainConfig fields, not {type(data).__name__}")
     for item in overrides or []:
@@ -253,7 +257,7 @@ def train(
         if not sep or not k.strip():
             _fail(f"override {item!r} is not key=value")
         try:
-            data[k.strip()] = yaml.safe_load(v)
+            data[k.strip()] = load_yaml(v)
         except (yaml.YAMLError, RecursionError):
             _fail(f"override {item!r}: the value is not valid YAML")
     from cluster.jobs import check_seed
@@ -265,6 +269,7 @@ def train(
     data.setdefault("seed", seed)
     try:
         cfg = TrainConfig.model_validate(data)
+        check_train_bounds(cfg)
         row_list = load_rows(rows)
         _check_adapter_id(out)
         if backend == "peft":
@@ -275,7 +280,7 @@ def train(
     except TrainingError as e:
         _fail(str(e))
     except (TypeError, ValueError) as e:  # a config pydantic cannot even look at (e.g. unhashable keys)
-        _fail(f"train config: {e}")
+        _fail(str(e) if str(e).startswith("train config:") else f"train config: {e}")
     store = store or _default_store()
     try:
         from harness_store.store import HarnessStore

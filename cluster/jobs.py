@@ -16,6 +16,7 @@ done; running the same eval again continues that unfinished run, reusing its sto
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -263,10 +264,31 @@ def validate_model(model: str) -> None:
     if ref.provider == "vllm":
         _validate_served(ref)
         return
+    if ref.provider not in litellm_providers():
+        raise ValueError(f"unknown model provider {ref.provider!r} in {model!r}")
+
+
+@functools.cache
+def litellm_providers() -> frozenset[str]:
+    """The provider names litellm routes (`litellm.provider_list`, which is `list(LlmProviders)`), read
+    from that enum's source: importing litellm takes 10+ CPU seconds, too long to refuse a typo in.
+    Imported after all if the source cannot be read that way."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("litellm")
+    try:
+        tree = ast.parse((Path(spec.origin).parent / "types" / "utils.py").read_text())
+        enum = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LlmProviders")
+        names = {a.value.value for a in enum.body
+                 if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant) and isinstance(a.value.value, str)}
+        if names:
+            return frozenset(names)
+    except (AttributeError, TypeError, OSError, SyntaxError, StopIteration):
+        pass
     import litellm
 
-    if ref.provider not in {str(p.value) if hasattr(p, "value") else str(p) for p in litellm.provider_list}:
-        raise ValueError(f"unknown model provider {ref.provider!r} in {model!r}")
+    return frozenset(str(p.value) if hasattr(p, "value") else str(p) for p in litellm.provider_list)
 
 
 def _validate_served(ref: ModelRef) -> None:

@@ -24,6 +24,28 @@ MAX_CYCLES = 1_000  # co-evolution cycles, evolution iterations, plateaus
 MAX_ROLLOUTS = 10**9
 MAX_SIZE = 10**6  # instances, rows, batch sizes, samples, repeats, actors
 MAX_RESOURCE = 10**6  # CPUs, GPUs or custom resources one actor asks for
+MAX_TOKENS = 10**12  # a model-token budget
+MAX_CONFIG_BYTES = 1 << 20  # a profile or config file; the shipped ones are under 4 KiB (PyYAML reads ~0.1 MiB/s)
+
+
+# TrainConfig's fields that a typo turns into a training that never ends (services.training bounds
+# them from below only)
+TRAIN_BOUNDS = {"epochs": MAX_CYCLES, "repeat": MAX_SIZE, "batch_size": MAX_SIZE, "num_workers": MAX_SIZE,
+                "max_seq_len": MAX_SIZE, "alpha": MAX_SIZE}
+
+
+def check_train_bounds(cfg: Any) -> None:
+    """A TrainConfig's counts within `TRAIN_BOUNDS` and its seed in 64 bits; ValueError (one line)."""
+    from cluster.jobs import check_seed
+
+    for name, most in TRAIN_BOUNDS.items():
+        value = getattr(cfg, name)
+        if value > most:
+            raise ValueError(f"train config: {name} must be at most {most:,}, got {value:,}")
+    try:
+        check_seed(cfg.seed)
+    except ValueError:
+        raise ValueError(f"train config: seed must be an integer in 64 bits, got {cfg.seed}") from None
 
 
 def _finite(v: float) -> float:
@@ -139,15 +161,55 @@ def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str
     path = Path(ref)
     if not path.suffix and not path.exists():
         path = PROFILES_DIR / f"{ref}.yaml"
-    try:
-        raw = path.read_bytes()
-        data = yaml.safe_load(raw.decode("utf-8")) or {}
-    except FileNotFoundError:
+    if not path.exists():
         known = ", ".join(p.stem for p in sorted(PROFILES_DIR.glob("*.yaml")))
-        raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
-        raise ValueError(f"cannot read profile {str(path)!r}: {type(e).__name__}") from None
-    return validated(RunProfile, data, overrides, "profile", path)
+        raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)")
+    return validated(RunProfile, read_config_file(path, "profile"), overrides, "profile", path)
+
+
+class _NoAliases(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases: `*name` shares a node, and a few lines of nested aliases
+    expand to billions of values when a config is validated or dumped as JSON."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.YAMLError(f"aliases (*{event.anchor}) are not allowed in a config, line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
+
+
+MAX_FLOW_DEPTH = 64  # brackets open at once in a config; PyYAML's time grows with the square of the depth
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as configs and `key=value` overrides are read: safe, no aliases, at most `MAX_FLOW_DEPTH`
+    brackets deep (counted over the text, quoted ones too: 100,000 `[` took PyYAML 28 s to refuse)."""
+    import re
+
+    depth = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if m.group() in "[{" else max(0, depth - 1)
+        if depth > MAX_FLOW_DEPTH:
+            raise yaml.YAMLError(f"nested more than {MAX_FLOW_DEPTH} brackets deep")
+    return yaml.load(text, Loader=_NoAliases)  # a SafeLoader subclass
+
+
+def read_config_file(path: str | Path, what: str) -> Any:
+    """A YAML config file's data (`{}` when empty); ValueError (one line naming `what`) for a file that
+    cannot be read, is over `MAX_CONFIG_BYTES`, is not UTF-8 or is not YAML (aliases included)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{what} {str(path)!r} is {size:,} bytes, over the {MAX_CONFIG_BYTES:,} a config may be")
+        return load_yaml(path.read_bytes().decode("utf-8")) or {}
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read {what} {str(path)!r}: not text (not UTF-8)") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        why = " ".join(str(e).split())[:200] if isinstance(e, yaml.YAMLError) else "nested too deeply"
+        raise ValueError(f"cannot read {what} {str(path)!r}: not valid YAML ({why})") from None
 
 
 def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...], what: str, path: str | Path) -> M:
@@ -175,7 +237,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not sep or not key.strip() or any(not part.strip() for part in parts):
         raise ValueError(f"override {item!r} is not key=value")
     try:
-        return [part.strip() for part in parts], yaml.safe_load(value)
+        return [part.strip() for part in parts], load_yaml(value)
     except (yaml.YAMLError, RecursionError):
         raise ValueError(f"override {item!r}: the value is not valid YAML") from None
 
