@@ -666,6 +666,7 @@ def main() -> None:
     ap.add_argument("--proposer", default="synthetic/meta")
     ap.add_argument("--jobs", type=int, default=1, help="(family, seed) cells run in this many processes")
     ap.add_argument("--out", default="bench-out/vs-gepa")
+    ap.add_argument("--from-cells", help="summarise the cells of an earlier run (its cells.jsonl) without running")
     args = ap.parse_args()
     fams = family_names() if args.families == "all" else [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in fams if f not in family_names()]
@@ -681,9 +682,14 @@ def main() -> None:
     ]
     started = time.monotonic()
     cells: list[dict[str, Any]] = []
-    cells_path = out / "cells.jsonl"
+    if args.from_cells:
+        cells = [json.loads(line) for line in Path(args.from_cells).read_text().splitlines() if line.strip()]
+        args.budget = cells[0]["config"]["budget"]
+    cells_path = out / ("cells-summarised.jsonl" if args.from_cells else "cells.jsonl")
     with cells_path.open("w") as fh:
-        if args.jobs > 1:
+        if args.from_cells:
+            fh.writelines(json.dumps(c) + "\n" for c in cells)
+        elif args.jobs > 1:
             with ProcessPoolExecutor(args.jobs) as pool:
                 for cell in pool.map(compare, configs):
                     cells.append(cell)
@@ -706,9 +712,12 @@ def main() -> None:
                "held_to": "prompt sections and recipes on both sides (hooks, tools, context policies, decoding and "
                           "turn limits are not GEPA text components)"}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"budget {args.budget} rollouts per optimiser run, every rollout counted (minibatch, train and val); "
-          f"val {args.val_n} x {args.val_seeds} seeds; test {args.test_n} x {args.test_repeats} repeats; "
-          f"{args.seeds} seeds; proposer {args.proposer}; {summary['wall_seconds']:.0f} s")
+    c0 = cells[0]["config"]
+    seeds = sorted({c["seed"] for c in cells})
+    print(f"budget {c0['budget']} rollouts per optimiser run, every rollout counted (minibatch, train and val); "
+          f"val {c0['val_n']} x {c0['val_seeds']} seeds; coevolve train batch {c0['train_batch']}, GEPA minibatch "
+          f"{c0['minibatch']}, merge {'on' if c0['use_merge'] else 'off'}; test {c0['test_n']} x "
+          f"{c0['test_repeats']} repeats; seeds {seeds}; proposer {c0['proposer']}")
     print(f"candidates held to {summary['held_to']}")
     print(table(rows))
     print(f"figure: {figure}")

@@ -1,0 +1,82 @@
+"""bench/vs_gepa.py (issue 20): the budget accounting counts every rollout of both optimisers — a tiny
+budget on one family ends coevolve's loop and GEPA at exactly that count, every rollout the executor
+ran passed through the meter — and GEPA's candidates decode back to the harness they came from."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("vs_gepa", ROOT / "bench" / "vs_gepa.py")
+vg = importlib.util.module_from_spec(spec)
+sys.modules["vs_gepa"] = vg
+spec.loader.exec_module(vg)
+
+pytest.importorskip("gepa")
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.rollouts = 0
+
+    def evaluate(self, jobs, model):
+        self.rollouts += len(jobs)
+        return [j for j in jobs]
+
+
+def test_meter_cuts_the_batch_that_passes_the_budget():
+    from agents.meta.loop import BudgetExhausted
+    from tasks import get_family
+
+    fam = get_family("iot")
+    inst, h = fam.generate("val", 1)[0], fam.baseline_harness()
+    inner = _Counting()
+    meter = vg.RolloutMeter(inner, budget=7)
+    assert len(meter.evaluate([(inst, h, s) for s in range(5)], "m")) == 5
+    with pytest.raises(BudgetExhausted):
+        meter.evaluate([(inst, h, s) for s in range(5)], "m")
+    assert (meter.used, inner.rollouts, meter.cut, meter.by_split) == (7, 7, 2, {"val": 7})
+    assert meter.exhausted and meter(None)
+    with pytest.raises(BudgetExhausted):
+        meter.evaluate([(inst, h, 0)], "m")
+    assert inner.rollouts == 7
+
+
+def test_candidate_round_trip_and_text_only_edits():
+    from harness_store.edits import apply_edit
+    from harness_store.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe, SetSection
+    from tasks import get_family
+
+    base = get_family("budget").baseline_harness()
+    edit = HarnessEdit((SetSection("pacing", "One call a turn.\n[not a header]"), AddRecipe(Recipe("r", "x: y"))))
+    child = apply_edit(base, edit)
+    assert vg.candidate_to_harness(base, vg.harness_to_candidate(child)) == child
+    assert vg.candidate_to_harness(base, vg.harness_to_candidate(base)).id == base.id
+    assert vg.text_only(edit)
+    assert not vg.text_only(HarnessEdit((AddHook(HookSpec("on_finish", "finish_checklist", {"items": ["a"]})),)))
+
+
+def test_tiny_budget_ends_both_runs_at_exactly_that_count(tmp_path):
+    from services.logs import configure_logging
+
+    configure_logging(json_lines=False, level="error")
+    cfg = vg.Config(family="iot", seed=0, budget=29, val_n=3, val_seeds=2, train_batch=4, plateau=100)
+    evaluator, proposer = vg._services(cfg)
+    co, co_h = vg.run_coevolve(cfg, evaluator, proposer, tmp_path)
+    ge, ge_h = vg.run_gepa(cfg, evaluator, proposer)
+    assert evaluator.rollouts == 2 * cfg.budget  # all the executor ran, and nothing else, went through the meters
+    for run in (co, ge):
+        assert run.used == cfg.budget, run
+        assert sum(run.by_split.values()) == cfg.budget
+        assert run.stop.startswith("budget:rollouts")
+        # the optimiser's own count misses only the cut batch, which the meter counts
+        assert run.own_count + run.cut == cfg.budget
+    assert co.by_split.get("val", 0) >= 6 and co.by_split.get("train", 0) >= 4
+    assert ge.by_split.get("val", 0) >= 6 and ge.by_split.get("train", 0) >= 3  # the seed's val, a minibatch
+    for run, hs in ((co, co_h), (ge, ge_h)):
+        assert all(h in hs for _, h, _ in run.timeline)
+        assert all(c in hs and p in hs for c, p in run.accepted)
