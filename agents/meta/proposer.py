@@ -49,9 +49,30 @@ class Proposal:
     cuts: tuple[str, ...] = ()  # what was cut from the evidence to fit the model's window
 
 
-def proposer_messages(evidence: dict[str, Any], k: int, handbook: bool = False, cut: bool = False) -> list[dict[str, Any]]:
+CATALOGUE_NOTE = (
+    "The environment also implements these tools, which the harness does not offer the agent yet (add one "
+    "with add_tool, copying its fields):"
+)
+
+
+def tool_catalogue(family: str, harness: Harness) -> list[dict[str, Any]]:
+    """The environment's optional tools (tasks.helpers) that `harness` does not offer: what a proposer
+    may add with `add_tool`. Empty for a family without a catalogue or an unknown family."""
+    from tasks import family_names
+    from tasks.helpers import optional_tools
+
+    if family not in family_names():
+        return []
+    offered = {t.name for t in harness.tools}
+    return [t for t in optional_tools(family) if t["name"] not in offered]
+
+
+def proposer_messages(evidence: dict[str, Any], k: int, handbook: bool = False, cut: bool = False,
+                      catalogue: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     body = json.dumps(evidence, indent=1, sort_keys=True, default=str)
     system = PROMPT.format(k=k) + ("\n\n" + HANDBOOK_NOTE if handbook else "")
+    if catalogue:
+        system += f"\n\n{CATALOGUE_NOTE}\n{EVIDENCE_FENCE}\n{json.dumps(catalogue, sort_keys=True, separators=(',', ':'))}\n```"
     ask = f"{CUT_NOTE}\nPropose up to {k} edits." if cut else f"Propose up to {k} edits."
     return [
         {"role": "system", "content": system},
@@ -63,6 +84,16 @@ def evidence_from_messages(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The inverse of `proposer_messages` (used by the synthetic proposer)."""
     text = next(m.get("content") or "" for m in messages if m.get("role") == "user")
     start = text.index(EVIDENCE_FENCE) + len(EVIDENCE_FENCE)
+    return json.loads(text[start : text.index("```", start)])
+
+
+def catalogue_from_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool catalogue the system prompt lists ([] when none), as `proposer_messages` wrote it."""
+    text = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+    at = text.find(CATALOGUE_NOTE)
+    if at < 0:
+        return []
+    start = text.index(EVIDENCE_FENCE, at) + len(EVIDENCE_FENCE)
     return json.loads(text[start : text.index("```", start)])
 
 
@@ -114,11 +145,19 @@ class LLMProposer:
         tools0 = HANDBOOK_TOOLS if handbook else []
         limit = budget.limit - (int(budget.limit * TOOL_SHARE) if handbook else 0)
 
+        catalogue = tool_catalogue(str(evidence.get("family", "")), harness)
+
         def make(p: dict[str, Any], cut: bool) -> list[dict[str, Any]]:
-            return proposer_messages(p, k, handbook=self.handbook is not None, cut=cut)
+            return proposer_messages(p, k, handbook=self.handbook is not None, cut=cut, catalogue=catalogue)
 
         fitted = fit(evidence, make, evidence_stages(), budget, tools0, limit=limit)
-        cuts = list(fitted.record())
+        if not fitted.fits and catalogue:  # the tool catalogue goes before the evidence does
+            dropped, catalogue = len(catalogue), []
+            fitted = fit(evidence, make, evidence_stages(), budget, tools0, limit=limit)
+            fitted_note = [f"the catalogue of {dropped} environment tools left out to fit the context window"]
+        else:
+            fitted_note = []
+        cuts = fitted_note + list(fitted.record())
         used = Completion({}, 0, 0, 0.0)
 
         def failed(why: str) -> tuple[list[Proposal], Completion]:

@@ -11,7 +11,11 @@ It works in the three rounds a tool-using model would:
    validation hook when calls came back with errors, a context policy when observations were large, a
    step-by-step section when the agent batched several calls into one turn, and — last, once the
    others are proposed or tried — constrained decoding (one schema-valid call a turn) when calls broke
-   their tool's signature (the environment answered "bad arguments").
+   their tool's signature (the environment answered "bad arguments"; first, when most failures had errors on at least half
+   their turns);
+   and, first, once the harness constrains calls, the environment's computation tools the prompt
+   lists as not yet in the harness, in one edit (a model that needs its calls constrained is not
+   trusted with the computation either; under free calls they are not proposed).
 
 `synthetic/meta-generic` is the control that proposes the generic edits only (no text taken from
 the evidence or the handbook). A seeded share of proposals is useless or harmful (and a few do not
@@ -97,6 +101,8 @@ def _general(reason: str) -> str:
 
 # ------------------------------------------------------------------ the answer
 def _answer(evidence: dict[str, Any], reads: list[tuple[dict[str, Any], str]], messages: list[dict[str, Any]], seed: int, generic_only: bool) -> str:
+    from agents.meta.proposer import catalogue_from_messages
+
     k = _asked_k(messages)
     failures = evidence.get("failures", ())
     harness = evidence.get("harness", "")
@@ -130,14 +136,26 @@ def _answer(evidence: dict[str, Any], reads: list[tuple[dict[str, Any], str]], m
                                         "the agent batched several calls into one turn and stopped short", "pacing")))
     generic = [e for _, e in sorted(symptoms, key=lambda s: -s[0])]
     # Constrained decoding changes how every reply is produced, so it comes after every edit of the
-    # text: proposed once those are proposed or tried.
+    # text (proposed once those are proposed or tried) -- unless most failures are mostly broken calls
+    # (errors on at least half their turns, bad arguments among them): then no text edit can take effect
+    # before the calls are fixed, and it comes first.
     malformed = sum(1 for f in failures if any(BAD_ARGUMENTS in e for e in f.get("tool_errors", ())))
     decoding = []
     if malformed and CONSTRAINED_MARK not in harness:
         decoding.append(_edit([{"op": "set_decoding", "tool_calls": "constrained"}],
                               "tool calls broke their tools' signatures; constrain every reply to one schema-valid call",
                               "tool errors"))
-    ordered = knowledge[:1] + checklist + generic + knowledge[1:] + decoding
+    # "most": most failures came back with errors on at least half their turns, bad arguments among them
+    broken = sum(1 for f in failures if any(BAD_ARGUMENTS in e for e in f.get("tool_errors", ()))
+                 and 2 * f.get("tool_error_count", 0) >= max(1, f.get("turns", 0)))
+    first = decoding if 2 * broken > len(failures) else []
+    # The environment's computation tools the harness leaves out (the catalogue the prompt lists), all in
+    # one edit, for a model whose calls the harness already constrains: one that cannot be trusted with
+    # the syntax of a call is not trusted with the computation either. Then they come first.
+    tools = [] if generic_only or CONSTRAINED_MARK not in harness else catalogue_from_messages(messages)
+    helpers = [_edit([{"op": "add_tool", **t} for t in tools],
+                     "hand the computation the agent does by hand to the environment's own tools", "tools")] if tools else []
+    ordered = first + helpers + knowledge[:1] + checklist + generic + knowledge[1:] + [d for d in decoding if d not in first]
     candidates = [c for c in ordered if json.dumps(c["ops"], sort_keys=True) not in tried]
 
     out: list[dict[str, Any]] = []
