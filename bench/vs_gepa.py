@@ -46,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -493,7 +494,7 @@ def measure(run: Run, harnesses: dict[str, Harness], test: TestSplit, baseline: 
         "baseline_test": sum(base) / len(base), "final_test": sum(final) / len(final),
         "final_gain": mean, "final_gain_ci95": [low, high], "final_wins": wins, "final_losses": losses,
         "final_harness": run.timeline[-1][1][:12],
-        "val_gain": val_gain, "rollouts_to_90pct_val": to90, "auc_test_gain": area / budget,
+        "val_gain": val_gain, "rollouts_to_90pct_val": to90 if val_gain > 0 else None,  # None: no val gain "auc_test_gain": area / budget,
         "test_curve": [(r, round(g, 4)) for r, g in curve], "val_curve": [(r, round(v, 4)) for r, v in val_curve],
         "accepted": len(run.accepted), "false_accepts": false_accepts, "retests": retests,
     })
@@ -537,6 +538,8 @@ def mean_ci(xs: list[float]) -> tuple[float, float, float]:
 
 
 def ratio(a: float, b: float) -> str:
+    if math.isnan(a) or math.isnan(b):
+        return "n/a"
     if b == 0:
         return "n/a" if a == 0 else ("inf" if a > 0 else "-inf")
     return f"{a / b:.2f}"
@@ -553,11 +556,14 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "final_gain": mean_ci([r["final_gain"] for r in rs]),
                 "final_gain_sd": statistics.stdev([r["final_gain"] for r in rs]) if len(rs) > 1 else 0.0,
                 "final_gain_per_seed": [round(r["final_gain"], 3) for r in rs],
-                "rollouts_to_90pct_val": mean_ci([float(r["rollouts_to_90pct_val"]) for r in rs]),
+                "rollouts_to_90pct_val": mean_ci([float(r["rollouts_to_90pct_val"]) for r in rs
+                                                  if r["val_gain"] > 0] or [math.nan]),
+                "runs_with_val_gain": sum(r["val_gain"] > 0 for r in rs),
                 "val_gain": mean_ci([r["val_gain"] for r in rs]),
                 "auc_test_gain": mean_ci([r["auc_test_gain"] for r in rs]),
                 "accepted": sum(r["accepted"] for r in rs),
                 "false_accepts": sum(r["false_accepts"] for r in rs),
+                "retest_not_positive": sum(sum(t["gain"] <= 0 for t in r["retests"]) for r in rs),
                 "rollouts_used": sum(r["rollouts_used"] for r in rs) / len(rs),
             }
         c, g = row["coevolve"], row["gepa"]
@@ -566,9 +572,32 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "rollouts_to_90pct_val": ratio(c["rollouts_to_90pct_val"][0], g["rollouts_to_90pct_val"][0]),
             "auc_test_gain": ratio(c["auc_test_gain"][0], g["auc_test_gain"][0]),
             "false_accepts": ratio(c["false_accepts"], g["false_accepts"]),
+            "retest_not_positive": ratio(c["retest_not_positive"], g["retest_not_positive"]),
         }
         rows.append(row)
     return rows
+
+
+def mechanics(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """What each optimiser's machinery did, summed over the cells: GEPA's gate, merge and front, the
+    loop's decisions and stops, and where the rollouts went."""
+    def total(opt: str, key: str) -> int:
+        return sum(int(c[opt]["stats"].get(key, 0)) for c in cells)
+
+    def split(opt: str, name: str) -> int:
+        return sum(c[opt]["by_split"].get(name, 0) for c in cells)
+
+    return {
+        "gepa": {k: total("gepa", k) for k in ("proposer_calls", "no_proposal", "gate_accepts", "gate_rejects",
+                                                 "skipped_perfect", "merges_attempted", "merges_accepted",
+                                                 "merges_rejected", "iterations")}
+        | {"pool_mean": sum(c["gepa"]["stats"].get("pool", 1) for c in cells) / len(cells),
+           "pareto_front_mean": sum(c["gepa"]["stats"].get("pareto_front", 1) for c in cells) / len(cells),
+           "train_rollouts": split("gepa", "train"), "val_rollouts": split("gepa", "val")},
+        "coevolve": {k: total("coevolve", k) for k in ("iterations", "accepted", "rejected", "invalid", "held_out")}
+        | {"stops": dict(Counter(c["coevolve"]["stop"] for c in cells)),
+           "train_rollouts": split("coevolve", "train"), "val_rollouts": split("coevolve", "val")},
+    }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -576,20 +605,26 @@ def table(rows: list[dict[str, Any]]) -> str:
         return f"{t[0]:{fmt}} [{t[1]:{fmt}}, {t[2]:{fmt}}]"
 
     head = ("| family | optimiser | test gain, mean [95% CI over seeds] | per seed | val gain | rollouts to 90% "
-            "of val gain | AUC of test gain | false accepts / accepted | rollouts used |")
-    lines = [head, "|" + "---|" * 9]
+            "of val gain | AUC of test gain | false accepts / accepted | re-test gain <= 0 | rollouts used |")
+    lines = [head, "|" + "---|" * 10]
     for row in rows:
         for opt in ("coevolve", "gepa"):
             s = row[opt]
             lines.append(
                 f"| {row['family']} | {opt} | {ci(s['final_gain'])} | {', '.join(f'{x:+.2f}' for x in s['final_gain_per_seed'])} "
-                f"| {s['val_gain'][0]:+.3f} | {s['rollouts_to_90pct_val'][0]:.0f} | {ci(s['auc_test_gain'])} "
-                f"| {s['false_accepts']} / {s['accepted']} | {s['rollouts_used']:.0f} |"
+                f"| {s['val_gain'][0]:+.3f} | {_to90(s)} | {ci(s['auc_test_gain'])} "
+                f"| {s['false_accepts']} / {s['accepted']} | {s['retest_not_positive']} | {s['rollouts_used']:.0f} |"
             )
         r = row["ratios"]
         lines.append(f"| {row['family']} | **coevolve / GEPA** | {r['final_gain']} | | | {r['rollouts_to_90pct_val']} "
-                     f"| {r['auc_test_gain']} | {r['false_accepts']} | |")
+                     f"| {r['auc_test_gain']} | {r['false_accepts']} | {r['retest_not_positive']} | |")
     return "\n".join(lines)
+
+
+def _to90(s: dict[str, Any]) -> str:
+    if not s["runs_with_val_gain"]:
+        return "- (no val gain)"
+    return f"{s['rollouts_to_90pct_val'][0]:.0f} ({s['runs_with_val_gain']} runs with a gain)"
 
 
 def plot(cells: list[dict[str, Any]], budget: int, path: Path) -> Path:
@@ -711,6 +746,7 @@ def main() -> None:
                "wall_seconds": round(time.monotonic() - started, 1), "figure": str(figure), "notice": TESTBED_NOTICE,
                "held_to": "prompt sections and recipes on both sides (hooks, tools, context policies, decoding and "
                           "turn limits are not GEPA text components)"}
+    summary["mechanics"] = mechanics(cells)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     c0 = cells[0]["config"]
     seeds = sorted({c["seed"] for c in cells})
@@ -720,6 +756,7 @@ def main() -> None:
           f"{c0['test_repeats']} repeats; seeds {seeds}; proposer {c0['proposer']}")
     print(f"candidates held to {summary['held_to']}")
     print(table(rows))
+    print(f"mechanics: {json.dumps(summary['mechanics'])}")
     print(f"figure: {figure}")
     print(f"note: {TESTBED_NOTICE}")
 
