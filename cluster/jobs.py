@@ -257,6 +257,11 @@ def validate_model(model: str) -> None:
         if ref.model not in PROFILES:
             raise ValueError(f"unknown synthetic model {ref.model!r} (models: {', '.join(PROFILES)})")
         if ref.adapter:
+            # where services.synthetic_provider reads it; looked at first, as importing that module imports
+            # litellm (10+ CPU seconds) just to say the adapter is not there
+            path = Path(os.environ.get("COEVOLVE_STORE", ".coevolve")) / "adapters" / ref.adapter / "synthetic_adapter.json"
+            if not path.is_file():
+                raise ValueError(f"synthetic adapter {ref.adapter!r} not found at {path}")
             from services.synthetic_provider import load_synthetic_adapter
 
             load_synthetic_adapter(ref.adapter)
