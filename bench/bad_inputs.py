@@ -32,6 +32,7 @@ import json
 import os
 import re
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -117,6 +118,7 @@ CASES: tuple[Case, ...] = (
       env=(("RAY_AUTH_TOKEN_PATH", "{tmp}/no-token"),)),
     C("eval-store-is-a-file", "eval", "--harness", "abcdef123", *S, setup="file"),
     C("eval-store-garbage-db", "eval", "--harness", "abcdef123", *S, setup="garbage_db"),
+    C("eval-store-dev-null", "eval", "--harness", "abcdef123", "--store", "/dev/null", expect="not a directory"),
     C("eval-store-unwritable", "eval", "--n", "1", *S, setup="unwritable"),
     C("eval-unknown-option", "eval", "--nosuch", "1", *S, expect="No such option"),
     C("eval-extra-argument", "eval", "extra", *S, expect="unexpected extra argument"),
@@ -178,13 +180,16 @@ CASES: tuple[Case, ...] = (
     C("harness-apply-empty-file", "harness", "apply", "iot:baseline", "{empty}", *S, expect="not a JSON edit"),
     C("harness-apply-binary-file", "harness", "apply", "iot:baseline", "{binary}", *S, expect="not a JSON edit"),
     C("harness-apply-huge-file", "harness", "apply", "iot:baseline", "{huge}", *S),
-    C("harness-apply-a-folder", "harness", "apply", "iot:baseline", "{tmp}", *S, expect="cannot read"),
+    C("harness-apply-a-folder", "harness", "apply", "iot:baseline", "{tmp}", *S, expect="not a regular file"),
+    C("harness-apply-a-fifo", "harness", "apply", "iot:baseline", "{fifo}", *S, expect="not a regular file"),
+    C("harness-apply-dev-zero", "harness", "apply", "iot:baseline", "/dev/zero", *S, expect="not a regular file"),
     C("harness-apply-nested", "harness", "apply", "iot:baseline", "{nested_json}", *S, expect="nested too deeply"),
     C("harness-apply-not-an-object", "harness", "apply", "iot:baseline", "{json_list}", *S),
     C("harness-apply-token-budget-1e400", "harness", "apply", "iot:baseline", "{edit_1e400}", *S,
       expect="field 'token_budget' must be an integer"),
     C("harness-apply-nan", "harness", "apply", "iot:baseline", "{edit_nan}", *S),
-    C("harness-apply-million-ops", "harness", "apply", "iot:baseline", "{edit_million_ops}", *S, expect="over the 64 limit"),
+    C("harness-apply-million-ops", "harness", "apply", "iot:baseline", "{edit_million_ops}", *S, expect="bytes, over the"),
+    C("harness-apply-100k-ops", "harness", "apply", "iot:baseline", "{edit_100k_ops}", *S, expect="over the 64 limit"),
     C("harness-apply-huge-section", "harness", "apply", "iot:baseline", "{edit_huge_section}", *S),
     C("harness-apply-unknown-op", "harness", "apply", "iot:baseline", "{edit_unknown_op}", *S, expect="op 0"),
     C("harness-apply-unknown-family", "harness", "apply", "nosuch:baseline", "{edit_ok}", *S, expect="unknown task family"),
@@ -234,7 +239,10 @@ CASES: tuple[Case, ...] = (
     C("run-profile-a-list", "run", "{yaml_list}", *S, expect="must be a YAML mapping"),
     C("run-profile-unknown-key", "run", "{yaml_unknown_key}", *S, expect="nosuch"),
     C("run-profile-nested", "run", "{yaml_nested}", *S),
-    C("run-profile-huge", "run", "{yaml_huge}", *S, expect="over the 1,048,576 a config may be"),
+    C("run-profile-fifo", "run", "{fifo}", *S, expect="not a regular file"),
+    C("run-profile-dev-zero", "run", "/dev/zero", *S, expect="not a regular file"),
+    C("run-profile-a-folder", "run", "{non_empty_dir}", *S, expect="not a regular file"),
+    C("run-profile-huge", "run", "{yaml_huge}", *S, expect="over the 1,048,576 it may be"),
     C("run-profile-alias-bomb", "run", "{yaml_alias_bomb}", *S, expect="aliases"),
     C("run-override-alias-bomb", "run", "local", f"params.x={_alias_bomb()}", *S, expect="not valid YAML"),
     C("run-store-is-a-file", "run", "local", *S, setup="file"),
@@ -318,6 +326,7 @@ CASES: tuple[Case, ...] = (
     C("experiment-no-config", "experiment", "paper", *S, expect="--config FILE"),
     C("experiment-config-missing", "experiment", "paper", "--config", "{tmp}/nosuch.yaml", *S),
     C("experiment-config-binary", "experiment", "paper", "--config", "{binary_yaml}", *S),
+    C("experiment-config-dev-zero", "experiment", "paper", "--config", "/dev/zero", *S, expect="not a regular file"),
     C("experiment-config-huge", "experiment", "paper", "--config", "{yaml_huge}", *S, expect="over the"),
     C("experiment-config-alias-bomb", "experiment", "paper", "--config", "{yaml_alias_bomb}", *S, expect="aliases"),
     C("experiment-config-a-list", "experiment", "paper", "--config", "{yaml_list}", *S),
@@ -340,6 +349,7 @@ CASES: tuple[Case, ...] = (
     C("serve-no-config", "serve", *S, expect="serve needs --config"),
     C("serve-config-missing", "serve", "--config", "{tmp}/nosuch.yaml", *S),
     C("serve-config-binary", "serve", "--config", "{binary_yaml}", *S),
+    C("serve-config-fifo", "serve", "--config", "{fifo}", *S, expect="not a regular file"),
     C("serve-config-huge", "serve", "--config", "{yaml_huge}", *S, expect="over the"),
     C("serve-override-bad", "serve", "--config", "{serve}", "-s", "port=abc", "--check", *S, expect="port"),
     C("serve-override-no-key", "serve", "--config", "{serve}", "-s", "=x", "--check", *S),
@@ -350,6 +360,12 @@ CASES: tuple[Case, ...] = (
     C("train-missing-options", "train", *S, expect="Missing option"),
     C("train-rows-missing-file", "train", "--rows", "{tmp}/nosuch.jsonl", "--base", "weak", "--out", "a1", "--backend", "synthetic", *S),
     C("train-rows-binary", "train", "--rows", "{binary}", "--base", "weak", "--out", "a1", "--backend", "synthetic", *S),
+    C("train-rows-dev-zero", "train", "--rows", "/dev/zero", "--base", "weak", "--out", "a1", "--backend", "synthetic", *S,
+      expect="not a regular file"),
+    C("train-rows-fifo", "train", "--rows", "{fifo}", "--base", "weak", "--out", "a1", "--backend", "synthetic", *S,
+      expect="not a regular file"),
+    C("train-config-fifo", "train", "--rows", "{empty}", "--base", "weak", "--out", "a1", "--backend", "synthetic",
+      "--config", "{fifo}", *S, expect="not a regular file"),
     C("train-rows-empty", "train", "--rows", "{empty}", "--base", "weak", "--out", "a1", "--backend", "synthetic", *S),
     C("train-backend-unknown", "train", "--rows", "{empty}", "--base", "weak", "--out", "a1", "--backend", "nosuch", *S,
       expect="unknown backend"),
@@ -369,6 +385,10 @@ CASES: tuple[Case, ...] = (
     C("models-register-not-an-adapter", "models", "register", "{non_empty_dir}", "--id", "a1", "--base", "x", *S,
       expect="not a peft adapter folder"),
     C("models-register-bad-id", "models", "register", "{adapter_dir}", "--id", "../escape", "--base", "x", *S),
+    C("models-register-a-symlink-inside", "models", "register", "{adapter_with_link}", "--id", "a1", "--base", "x", *S,
+      expect="is a symbolic link"),
+    C("models-register-a-fifo-inside", "models", "register", "{adapter_with_fifo}", "--id", "a1", "--base", "x", *S,
+      expect="is not a regular file"),
     C("models-register-missing-id", "models", "register", "{adapter_dir}", "--base", "x", *S, expect="Missing option"),
     C("models-list-store-is-a-file", "models", "list", *S, setup="file"),
     C("models-list-no-store", "models", "list", *S, expect="no harness store at"),
@@ -431,7 +451,8 @@ INPUTS: dict[str, Callable[[], bytes]] = {
     "edit_ok": lambda: b'{"rationale": "r", "ops": [{"op": "set_max_turns", "max_turns": 12}]}',
     "edit_1e400": lambda: b'{"ops": [{"op": "set_context_policy", "strategy": "keep-all", "token_budget": 1e400}]}',
     "edit_nan": lambda: b'{"ops": [{"op": "set_max_turns", "max_turns": NaN}]}',
-    "edit_million_ops": lambda: _big_json_ops(10**6).encode(),
+    "edit_million_ops": lambda: _big_json_ops(10**6).encode(),  # 42 MB
+    "edit_100k_ops": lambda: _big_json_ops(10**5).encode(),  # 4.2 MB
     "edit_huge_section": lambda: json.dumps({"ops": [{"op": "add_section", "name": "x", "text": "y" * 2_000_000}]}).encode(),
     "edit_unknown_op": lambda: b'{"ops": [{"op": "nosuch"}]}',
     "binary_yaml": lambda: b"\xff\xfe\x00" + bytes(range(256)) * 16,
@@ -441,15 +462,20 @@ INPUTS: dict[str, Callable[[], bytes]] = {
     "yaml_alias_bomb": lambda: f"params:\n  x: {_alias_bomb()}\n".encode(),
     "yaml_huge": lambda: b"families: [" + b"iot, " * (4 * 2**20) + b"iot]\n",  # 20 MiB
 }
-FOLDERS = ("non_empty_dir", "adapter_dir")
+FOLDERS = ("non_empty_dir", "adapter_dir", "adapter_with_link", "adapter_with_fifo")
+SPECIAL = ("fifo",)  # a named pipe: reading it blocks until a writer comes
 
 
 def _make_folder(path: Path, name: str) -> None:
     path.mkdir()
     if name == "non_empty_dir":
         (path / "keep.txt").write_text("the user's file")
-    else:
-        (path / "adapter_config.json").write_text('{"r": 8}')
+        return
+    (path / "adapter_config.json").write_text('{"r": 8}')
+    if name == "adapter_with_link":
+        (path / "weights").symlink_to("/usr")  # copying it would copy /usr into the store
+    elif name == "adapter_with_fifo":
+        os.mkfifo(path / "adapter_model.safetensors")
 
 
 class _Inputs(dict):
@@ -464,10 +490,12 @@ class _Inputs(dict):
         path.parent.mkdir(exist_ok=True)
         if key in FOLDERS:
             _make_folder(path, key)
+        elif key in SPECIAL:
+            os.mkfifo(path)
         elif key in INPUTS:
             path.write_bytes(INPUTS[key]())
         else:
-            raise KeyError(f"no input {key!r} (inputs: {', '.join([*INPUTS, *FOLDERS])})")
+            raise KeyError(f"no input {key!r} (inputs: {', '.join([*INPUTS, *FOLDERS, *SPECIAL])})")
         self[key] = str(path)
         return str(path)
 
@@ -550,6 +578,8 @@ def snapshot(root: Path) -> dict[str, str]:
             out[rel] = f"link:{os.readlink(p)}"
         elif p.is_dir():
             out[rel] = "dir"
+        elif not p.is_file():  # a FIFO or device: its kind, never its content (reading a FIFO blocks)
+            out[rel] = f"special:{stat.S_IFMT(p.lstat().st_mode)}"
         else:
             h = hashlib.sha256()
             with open(p, "rb") as f:

@@ -432,8 +432,10 @@ def harness_apply(
     as_json: JsonOpt = False,
 ) -> None:
     """Apply a hand-written edit to a stored harness; store the result with lineage; print its id."""
+    from cluster.profiles import MAX_INPUT_BYTES, regular_file
     from harness_store.edits import apply_edit, edit_from_json
 
+    regular_file(edit_file, "edit file", MAX_INPUT_BYTES)  # not a FIFO, /dev/zero or 10 GB: before it is read
     try:
         raw = json.loads(edit_file.read_text())
     except OSError as e:

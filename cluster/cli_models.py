@@ -242,7 +242,7 @@ def train(
 
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    from cluster.profiles import check_train_bounds, load_yaml, read_config_file
+    from cluster.profiles import check_train_bounds, load_yaml, read_config_file, regular_file
 
     data: dict[str, Any] = {}
     if config is not None:
@@ -270,6 +270,7 @@ def train(
     try:
         cfg = TrainConfig.model_validate(data)
         check_train_bounds(cfg)
+        regular_file(rows, "rows file")  # a FIFO would block the read, /dev/zero would never end it
         row_list = load_rows(rows)
         _check_adapter_id(out)
         if backend == "peft":
@@ -280,7 +281,7 @@ def train(
     except TrainingError as e:
         _fail(str(e))
     except (TypeError, ValueError) as e:  # a config pydantic cannot even look at (e.g. unhashable keys)
-        _fail(str(e) if str(e).startswith("train config:") else f"train config: {e}")
+        _fail(str(e) if str(e).startswith(("train config:", "cannot read rows")) else f"train config: {e}")
     store = store or _default_store()
     try:
         from harness_store.store import HarnessStore
@@ -419,14 +420,44 @@ def register_adapter(
         _check_adapter_id(adapter_id)
     except TrainingError as e:
         _fail(str(e))
+    problem = _not_plain_folder(path)
+    if problem:
+        _fail(f"{path} cannot be registered: {problem} (an adapter folder holds plain files and folders only)")
     store = store or _default_store()
-    st = HarnessStore(store)
+    try:
+        st = HarnessStore(store)
+    except ValueError as e:
+        _fail(str(e))
     dest = adapter_dir(st, adapter_id)
     if dest.exists():
         _fail(f"adapter {adapter_id!r} already exists in the store")
     shutil.copytree(path, dest)
     st.put_adapter(AdapterRef(adapter_id, base, str(dest), "", {"backend": "imported", "source": str(path)}))
     console.print(f"adapter {adapter_id} registered: {dest}")
+
+
+MAX_ADAPTER_BYTES = 8 << 30  # a rank-256 LoRA on every module of a 30B model is ~3.5 GB
+
+
+def _not_plain_folder(root: Path) -> str | None:
+    """Why copying `root` into the store would be wrong, or None: a symlink (copying follows it: a link to
+    / copies the disk), a FIFO or device (its copy blocks or never ends), or more than `MAX_ADAPTER_BYTES`."""
+    import stat
+
+    total = 0
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(folder) / name
+            mode = p.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                return f"{p} is a symbolic link"
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                return f"{p} is not a regular file"
+            if stat.S_ISREG(mode):
+                total += p.lstat().st_size
+                if total > MAX_ADAPTER_BYTES:
+                    return f"it holds over {MAX_ADAPTER_BYTES:,} bytes"
+    return None
 
 
 def register(app: typer.Typer) -> None:

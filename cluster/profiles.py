@@ -26,6 +26,23 @@ MAX_SIZE = 10**6  # instances, rows, batch sizes, samples, repeats, actors
 MAX_RESOURCE = 10**6  # CPUs, GPUs or custom resources one actor asks for
 MAX_TOKENS = 10**12  # a model-token budget
 MAX_CONFIG_BYTES = 1 << 20  # a profile or config file; the shipped ones are under 4 KiB (PyYAML reads ~0.1 MiB/s)
+MAX_INPUT_BYTES = 16 << 20  # an edit or other JSON input file (the largest valid edit is ~150 kB)
+
+
+def regular_file(path: str | Path, what: str, most: int | None = None) -> int:
+    """`path`'s size when it is a regular file of at most `most` bytes; ValueError (one line) otherwise:
+    a FIFO would block its read and a device such as /dev/zero would never end it."""
+    import stat
+
+    try:
+        info = Path(path).stat()
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"cannot read {what} {str(path)!r}: not a regular file")
+    if most is not None and info.st_size > most:
+        raise ValueError(f"{what} {str(path)!r} is {info.st_size:,} bytes, over the {most:,} it may be")
+    return info.st_size
 
 
 # TrainConfig's fields that a typo turns into a training that never ends (services.training bounds
@@ -195,13 +212,12 @@ def load_yaml(text: str) -> Any:
 
 
 def read_config_file(path: str | Path, what: str) -> Any:
-    """A YAML config file's data (`{}` when empty); ValueError (one line naming `what`) for a file that
-    cannot be read, is over `MAX_CONFIG_BYTES`, is not UTF-8 or is not YAML (aliases included)."""
+    """A YAML config file's data (`{}` when empty); ValueError (one line naming `what`) for a path that
+    is not a regular file or cannot be read, a file over `MAX_CONFIG_BYTES`, not UTF-8 or not YAML (see
+    `load_yaml`)."""
     path = Path(path)
+    regular_file(path, what, MAX_CONFIG_BYTES)
     try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ValueError(f"{what} {str(path)!r} is {size:,} bytes, over the {MAX_CONFIG_BYTES:,} a config may be")
         return load_yaml(path.read_bytes().decode("utf-8")) or {}
     except OSError as e:
         raise ValueError(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
