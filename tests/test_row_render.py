@@ -458,11 +458,16 @@ def test_live_a_correction_row_renders_to_the_servers_prompt_in_free_and_constra
     for mode in ("free", "constrained"):
         base = bounded(get_family("iot").baseline_harness(), {"tool_calls": mode, "max_tokens": 96})
         harness = recording_harness(mode, base=base)
-        rec = record("vllm/tiny", harness, inst, seed=0)
-        traj, prompts = rec["trajectory"], [c["prompt_ids"] for c in rec["calls"]]
-        assert all(p for p in prompts), "the server returned no prompt token ids"
-        assert len(prompts) >= 2, f"{mode}: the rollout ended after its first turn"
-        assert mismatches(traj, harness, prompts, tiny_tokenizer) == [], mode
+        turns = []
+        for seed in range(4):  # a constrained tiny model may call finish on turn 0: then the next seed
+            rec = record("vllm/tiny", harness, inst, seed=seed)
+            traj, prompts = rec["trajectory"], [c["prompt_ids"] for c in rec["calls"]]
+            assert all(p for p in prompts), "the server returned no prompt token ids"
+            assert mismatches(traj, harness, prompts, tiny_tokenizer) == [], (mode, seed)
+            turns.append(len(prompts))
+            if len(prompts) >= 2:
+                break
+        assert max(turns) >= 2, f"{mode}: every rollout ended after its first turn ({turns})"
 
 
 # --------------------------------------------------------------------- recording the fixture
