@@ -11,13 +11,16 @@ a timeout. A case is clean when:
   holds a `Traceback` (nor a usage box);
 - nothing was written: every file and folder of the case's directory (the store, the input files, the
   working directory) is byte-identical afterwards — no store.db or objects/ where there was no store;
-- it ended within the case's bound (10 s; the probes of an address nothing listens on take 1-3 s);
+- it ended within the case's bound: 10 s on a quiet machine, where `coevolve --help` takes 1.5 s; on a
+  loaded one the bound stretches by the factor `--help` is slower (`bound_scale`, measured at the start
+  and again beside a case that went over; `--absolute` keeps 10 s);
 - the error line says what the case expects (`expect`, where the table gives one).
 
-Prints one line per case (ok/FAIL, seconds, the error line), then `N clean of M` and the median and
-slowest case against a baseline measured in the same run (`coevolve --help`, the start-up every case
-pays); `--json` prints one JSON object instead. tests/test_bad_inputs.py imports this table and runs
-the cases in-process; this script runs each as its own `coevolve` process, as a user would.
+Prints one line per case (ok/FAIL, wall and the process's own CPU seconds, the error line), then `N clean
+of M` with the median and slowest case, wall and CPU, against `coevolve --help` measured in the same run
+(the start-up every case pays); `--json` prints one JSON object instead. tests/test_bad_inputs.py imports
+this table and runs the cases in-process; this script runs each as its own `coevolve` process, as a user
+would.
 
     .venv/bin/python bench/bad_inputs.py [--jobs 2] [--only '^eval-|stop'] [--absolute] [--json]
 """
@@ -624,11 +627,13 @@ class Outcome:
     error_line: str
     problems: list[str]
     cpu_s: float | None = None  # the process's own CPU seconds (as a process only)
+    bound_scale: float = 1.0  # the stretch its time bound was judged with (`bound_scale`)
 
     def line(self) -> str:
         mark = "ok  " if self.clean else "FAIL"
         why = "" if self.clean else f"  [{'; '.join(self.problems)}]"
         cpu = "" if self.cpu_s is None else f" cpu {self.cpu_s:5.2f}s"
+        cpu += f" (bound x{self.bound_scale:.1f})" if self.bound_scale > 1 else ""
         return f"{mark} {self.seconds:6.2f}s{cpu}  {self.name:42s} {self.error_line[:160]}{why}"
 
 
@@ -709,7 +714,15 @@ def run_subprocess(case: Case, token: Path, scale: float = 1.0) -> Outcome:
         env.pop("COEVOLVE_STORE", None)
         code, out, err, seconds, cpu = run_measured([*_coevolve(), *p.argv], max(30.0, 3 * case.bound_s * scale), tmp, env)
         outcome = judge(p, code, out, err, seconds, scale)
+        if not outcome.clean and all(q.startswith("took ") for q in outcome.problems):
+            # over its bound and clean otherwise: was the machine slower just now? `coevolve --help` at once
+            # after it says by how much (the run's first baseline can be minutes old on a shared machine)
+            now = bound_scale(run_measured([*_coevolve(), "--help"], 120.0)[3])
+            if now > scale:
+                outcome = judge(p, code, out, err, seconds, now)
+                scale = now
         outcome.cpu_s = round(cpu, 3)
+        outcome.bound_scale = round(scale, 2)
         with contextlib.suppress(OSError):  # the unwritable setup's folder, so that it can be removed
             (tmp / "store").chmod(0o755)
         return outcome
@@ -754,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             outcomes = list(pool.map(lambda c: run_subprocess(c, token, scale), cases))
+        restretched = sum(o.bound_scale > scale for o in outcomes)
         over_absolute = sum(o.seconds > next(c for c in cases if c.name == o.name).bound_s for o in outcomes)
         wall = time.monotonic() - started
     clean = sum(o.clean for o in outcomes)
@@ -766,6 +780,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_cpu_over_baseline": round(statistics.median(cpus) / base_cpu, 2),
         "max_cpu_over_baseline": round(cpus[-1] / base_cpu, 2),
         "clean": clean, "cases": len(outcomes), "bound_s": BOUND_S, "bound_scale": round(scale, 2),
+        "rejudged_at_a_later_load": restretched,
         "over_absolute_bound": over_absolute, "jobs": args.jobs, "wall_s": round(wall, 1),
         "baseline_help_s": round(base_wall, 3), "median_s": round(statistics.median(times), 3), "max_s": times[-1],
         "median_over_baseline": round(statistics.median(times) / base_wall, 2),
@@ -778,6 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         for o in outcomes:
             print(o.line())
         print(f"{clean} clean of {len(outcomes)} (bound {BOUND_S:g}s each x {scale:.2f} for this machine's load, "
+              f"{restretched} judged again at a later load, "
               f"{over_absolute} over {BOUND_S:g}s itself; {len(summary['commands'])} commands; "
               f"wall: median {summary['median_s']:.2f}s = {summary['median_over_baseline']:.2f}x and slowest "
               f"{summary['max_s']:.2f}s = {summary['max_over_baseline']:.2f}x `coevolve --help` ({base_wall:.2f}s); "
