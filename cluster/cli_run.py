@@ -118,9 +118,9 @@ def run_cmd(
         stop_head_if_idle(store)  # its other runs, if any, keep it up; their end (or the head's keeper) stops it
     if as_json:
         _echo_json(final)
-        return
-    _print_final(final)
-    if final.get("stage") != "done":
+    else:
+        _print_final(final)
+    if final.get("stage") != "done":  # with --json too: a script sees a failed run by its exit status
         raise typer.Exit(1)
 
 

@@ -22,8 +22,8 @@ SMALL = ["local", "families=[iot]", "budget.cycles=2", "budget.plateau=2", "evol
          "evolve.val_n=12", "data.rows=30", "data.samples=1", "repeats=1"]
 
 
-def coevolve(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COEVOLVE_LOG_LEVEL": "warning"}
+def coevolve(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COEVOLVE_LOG_LEVEL": "warning", **(env or {})}
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
@@ -43,17 +43,20 @@ def stop_head(store: Path) -> None:
 
 
 def heads_left(store: Path, timeout: float = 30) -> list[int]:
-    """The pids of every head (and head keeper) the store's runs started that are still alive after
-    `timeout` seconds."""
-    from cluster.head import KEEPER_LOG, _alive, head_pids, keeper_ports
+    """The pids of every process of a head the store's runs started that is still alive after `timeout`
+    seconds: its gcs_server, raylet and their descendants (by the head's port), and its keeper (by the
+    keeper log's pid and by a `cluster.head keep STORE` command line)."""
+    from cluster.head import KEEPER_LOG, _alive, _processes, head_pids, keeper_ports
 
     keepers = {int(line.split()[1].rstrip(":")) for line in (store / KEEPER_LOG).read_text().splitlines()}
     assert keeper_ports(store), "no head was started"
+    keeper_cmd = f"cluster.head keep {store.resolve()}"
     deadline = time.monotonic() + timeout
     while True:
-        left = sorted({p for port in keeper_ports(store) for p in head_pids(port)} | {k for k in keepers if _alive(k)})
+        left = {p for port in keeper_ports(store) for p in head_pids(port)} | {k for k in keepers if _alive(k)}
+        left |= {pid for pid, (_, cmd) in _processes().items() if keeper_cmd in cmd and _alive(pid)}
         if not left or time.monotonic() > deadline:
-            return left
+            return sorted(left)
         time.sleep(0.5)
 
 
@@ -152,4 +155,25 @@ def test_two_runs_on_one_store_share_a_head_that_ends_when_both_have_ended_with_
         assert not heads_left(store), "the shared head outlived both runs"
     finally:
         followed.kill()
+        stop_head(store)
+
+
+def test_a_run_whose_meta_agent_fails_is_recorded_failed_and_leaves_no_head(tmp_path):
+    """The fifth ending: the meta-agent raises (its rollout actors ask for a resource no node has, so
+    they are never placed within the readiness timeout). The run is stored as failed, the client says so
+    with the run's id and exits 1 (with --json too), and no process of the head is left."""
+    from harness_store.store import HarnessStore
+
+    store = tmp_path / "store"
+    out = coevolve("run", *SMALL, "weak.resources={nosuch: 1}", "--store", str(store), "--json", timeout=600,
+                   env={"COEVOLVE_ACTOR_READY_TIMEOUT_S": "5"})
+    try:
+        left = heads_left(store)
+        assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+        final = json.loads(out.stdout.strip().splitlines()[-1])
+        (run,) = HarnessStore(store, create=False).list_runs("coevolve")
+        assert final["stage"] == "failed" and final["run_id"] == run.run_id and "did not start" in final["error"], final
+        assert run.status == "failed" and "did not start" in run.result["error"]
+        assert not left, f"the head outlived the failed run: {left}"
+    finally:
         stop_head(store)
