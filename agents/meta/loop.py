@@ -13,8 +13,10 @@ accepts one with probability at most alpha, not k x alpha; `family_wise=False` i
 per-candidate rule, kept as the baseline of `bench/null_edit.py`. Every `decision` event records the
 threshold it was taken under (alpha, k, alpha_effective).
 
-Budgets are enforced before work is launched: a rollout batch is cut to the rollouts left, so the
-rollout budget is exact; tokens, dollars and seconds are checked before each batch and proposer call,
+Budgets are enforced before work is launched: a rollout batch larger than the rollouts left is not
+launched and the run ends there (`budget:rollouts`), so the rollout budget is never exceeded (a batch cut
+short would compare a candidate on other instances than its parent); up to one batch of the budget may
+stay unspent. Tokens, dollars and seconds are checked before each batch and proposer call,
 so they overshoot by at most one in-flight batch. A checkpoint closes every iteration; `resume`
 continues from the last one and — all randomness being seeded by (seed, iteration) — reaches the same
 final harness as an uninterrupted run.
