@@ -239,7 +239,8 @@ def evolve_cmd(
     candidates: Annotated[int, typer.Option("--candidates", help="edits proposed per iteration")] = 3,
     rule: Annotated[str, typer.Option("--rule", help="acceptance rule: sign or bootstrap")] = "sign",
     alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
-    plateau: Annotated[int, typer.Option("--plateau", help="stop after N iterations without a gain")] = 3,
+    plateau: Annotated[int, typer.Option("--plateau", help="N iterations without a gain make a plateau (see --on-plateau)")] = 3,
+    on_plateau: Annotated[str, typer.Option("--on-plateau", help="at a plateau: stop, or continue with fresh train batches until a budget ends the run")] = "stop",
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="evaluate candidates on all of val")] = False,
     val_seeds: Annotated[int, typer.Option("--val-seeds", help="seeds per val instance in paired comparisons")] = 2,
     no_handbook: Annotated[bool, typer.Option("--no-handbook", help="the proposer works without the handbook")] = False,
@@ -295,13 +296,17 @@ def evolve_cmd(
                                   ("--val-seeds", val_seeds, MAX_SIZE)):
             if value > most:
                 raise UsageError(f"{flag} must be at most {most:,}, got {value:,}")
+        from agents.meta.loop import ON_PLATEAU
+
+        if on_plateau not in ON_PLATEAU:
+            raise UsageError(f"--on-plateau must be one of {', '.join(ON_PLATEAU)}, got {on_plateau!r}")
         from cluster.jobs import check_seed, check_workers
 
         check_seed(seed)
         check_workers(workers, address)
         config = EvolveConfig(
             family=family, model=model, proposer=proposer, seed=seed, train_batch=train_batch, val_n=val_n,
-            candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, early_stop=not no_early_stop,
+            candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, on_plateau=on_plateau, early_stop=not no_early_stop,
             val_seeds=val_seeds, handbook=not no_handbook, budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
         )
     from cluster.display import EvolveProgress

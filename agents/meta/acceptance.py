@@ -200,3 +200,24 @@ def holm_accepted(p_values: Sequence[float], alpha: float) -> list[bool]:
             break
         accepted[i] = True
     return accepted
+
+
+def min_wins(rule: FamilyRule, pairs: int) -> int | None:
+    """The fewest wins (with no loss) among `pairs` paired outcomes that `rule` accepts, or None when
+    even all `pairs` won cannot reach its threshold. For the sign test this is the m with
+    2^-m < alpha / k, whatever the ties; only pairs the current harness failed can be wins, so a val
+    set with fewer such pairs than this cannot accept any edit."""
+
+    def ok(w: int) -> bool:
+        return rule.accepts(PairedResult(w, 0, pairs - w))
+
+    if pairs < 1 or not ok(pairs):
+        return None
+    lo, hi = 1, pairs  # acceptance is monotone in the wins: binary search for the first that accepts
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -7,6 +7,18 @@ that stop as soon as no remaining outcome could change the decision -> the best 
 acceptance rule accepts becomes the current harness -> everything is journalled in the store ->
 repeat until a budget or a plateau.
 
+**The plateau.** After `plateau` iterations in a row accept nothing, `on_plateau="stop"` (the default)
+ends the run (`plateau`); `on_plateau="continue"` journals a `plateau` event, counts it and goes on
+with fresh train batches (each iteration's batch and seed follow (seed, iteration), so the next
+iteration meets new failures) while the budgets last: the run then ends on a budget. The val pairs stay
+the same, so every candidate is still compared on the pairs its parent was measured on.
+
+**A val set too small for the rule.** The family-wise sign test at alpha / k accepts only with at least
+m wins among the discordant pairs (2^-m < alpha / k: m = 5 for alpha 0.1 and k = 3), and only pairs
+the current harness failed can be wins. Before any rollout the loop journals a `warning` event (and
+logs it) when val_n x val_seeds pairs cannot reach m at all, and again after the starting harness's
+val evaluation when the pairs it failed are fewer than m: no edit can then be accepted from it.
+
 The k candidates of an iteration are accepted under a family-wise rule (`FamilyRule`: each at
 alpha / k, k the candidates actually compared), so that an iteration of edits that change nothing
 accepts one with probability at most alpha, not k x alpha; `family_wise=False` is the old
@@ -67,6 +79,9 @@ class Spend:
     seconds: float = 0.0
 
 
+ON_PLATEAU = ("stop", "continue")
+
+
 @dataclass(frozen=True)
 class EvolveConfig:
     family: str
@@ -85,6 +100,7 @@ class EvolveConfig:
     val_seeds: int = 2  # each val instance is evaluated at this many seeds (pairs = instances x seeds)
     handbook: bool = True  # the proposer may consult the family's handbook
     family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha, the old rule)
+    on_plateau: str = "stop"  # after `plateau` iterations without an accept: "stop", or "continue" to the budget
     budget: Budget = Budget()
     # family parameters of the train and val instances (e.g. {"size": 0, "difficulty": 1}); {} = the
     # family's defaults, and then left out of `to_json`, so a config journalled before it existed reads
@@ -97,12 +113,16 @@ class EvolveConfig:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 < self.alpha < 1:
             raise ValueError("alpha must be in (0, 1)")
+        if self.on_plateau not in ON_PLATEAU:
+            raise ValueError(f"on_plateau must be one of {', '.join(ON_PLATEAU)}, got {self.on_plateau!r}")
         make_rule(self.rule, self.alpha)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if not self.params:
             del out["params"]
+        if self.on_plateau == "stop":  # the behaviour before the option: journalled as before it existed
+            del out["on_plateau"]
         return out
 
     @classmethod
@@ -143,6 +163,7 @@ class EvolveResult:
     stop_reason: str
     spend: dict[str, Any]
     gain_curve: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, val pass rate)
+    plateaus: int = 0  # plateaus the run went on past (on_plateau="continue")
 
 
 class BudgetExhausted(Exception):
@@ -162,6 +183,7 @@ class _State:
     tried: list[str] = field(default_factory=list)
     gain_curve: list[tuple[int, float]] = field(default_factory=list)
     batches: int = 0
+    plateaus: int = 0
 
 
 class HarnessEvolution:
@@ -206,15 +228,25 @@ class HarnessEvolution:
             self._seconds_before = st.spend.seconds
             self.log.info("resumed", iteration=st.spend.iterations, harness_id=st.current_id[:12])
         self._state = st
+        fresh = not st.gain_curve  # nothing of this run evaluated yet
+        if fresh:
+            self._warn(self.acceptance_reach())
         reason = "budget:iterations"
         try:
             self._ensure_val(baseline, range(len(self.val)))
-            if not st.gain_curve:
+            if fresh:
+                self._warn(self.acceptance_reach(baseline.id))
                 st.gain_curve.append((st.spend.rollouts, self._val_rate(st.current_id)))
             while st.spend.iterations < self.cfg.budget.iterations:
                 self._check_budget()
                 self._iteration(st.spend.iterations)
                 st.spend.iterations += 1
+                if st.streak >= self.cfg.plateau and self.cfg.on_plateau == "continue":
+                    st.streak = 0  # a new plateau counts from here
+                    st.plateaus += 1
+                    self.journal.append_event(self.run_id, "plateau", {"iteration": st.spend.iterations - 1,
+                                                                       "plateaus": st.plateaus, "action": "continue"})
+                    self._progress(st.spend.iterations - 1, "plateau, continuing")
                 self._checkpoint()
                 if st.streak >= self.cfg.plateau:
                     reason = "plateau"
@@ -237,9 +269,43 @@ class HarnessEvolution:
             stop_reason=reason,
             spend=dataclasses.asdict(st.spend),
             gain_curve=st.gain_curve,
+            plateaus=st.plateaus,
         )
         self.journal.append_event(self.run_id, "result", dataclasses.asdict(result))
         return result
+
+    # ------------------------------------------------------------------ can the rule accept at all
+    def acceptance_reach(self, harness_id: str | None = None) -> dict[str, Any] | None:
+        """Why no edit can be accepted, or None when one can: the val pairs (or, given a harness whose
+        val outcomes are in, the pairs it failed — the only possible wins) are fewer than the wins the
+        family-wise threshold needs with `candidates` compared."""
+        from agents.meta.acceptance import min_wins
+
+        family = FamilyRule(self.rule, self.cfg.candidates, self.cfg.family_wise)
+        pairs = len(self.val)
+        needed = min_wins(family, pairs)
+        base = {**family.as_json(), "pairs": pairs, "val_n": self.cfg.val_n, "val_seeds": self.cfg.val_seeds,
+                "wins_needed": needed}
+        if harness_id is None:
+            if needed is not None:
+                return None
+            return {**base, "check": "val pairs", "message": (
+                f"val_n x val_seeds = {pairs} pairs cannot reach the acceptance threshold: the {family.test.name} "
+                f"test at alpha / k = {family.threshold:.4g} (k = {family.k}) cannot accept even with every "
+                f"pair a win; no edit can be accepted (raise --val-n or --val-seeds, or lower --candidates)")}
+        winnable = sum(1 for passed in self._state.val_cache[harness_id].values() if not passed)
+        if needed is None or winnable >= needed:
+            return None
+        return {**base, "check": "winnable pairs", "winnable": winnable, "harness_id": harness_id, "message": (
+            f"the starting harness fails {winnable} of {pairs} val pairs, and only those can be wins: the "
+            f"{family.test.name} test at alpha / k = {family.threshold:.4g} (k = {family.k}) needs {needed} "
+            f"wins, so no edit can be accepted from it (raise --val-n or --val-seeds, or lower --candidates)")}
+
+    def _warn(self, warning: dict[str, Any] | None) -> None:
+        if warning is None:
+            return
+        self.journal.append_event(self.run_id, "warning", warning)
+        self.log.warning("acceptance out of reach", detail=warning["message"])
 
     # ------------------------------------------------------------------ one iteration
     def _iteration(self, it: int) -> None:
