@@ -23,6 +23,20 @@ back costs more than they do. The pool is sized by `tool_threads` (default `COEV
 else 32): its threads only wait (on a subprocess, on the browser's own thread, on a remote model), and
 where the work behind them is serial per process (one sandbox fork server, one Playwright thread) more
 threads would only wait longer; 0 runs everything inline on the loop, as before.
+
+**A user channel.** A family's environment may declare that the assistant's plain text is a message to a
+simulated user (`user_channel = True`, as tau2's conversations do), unless the harness offers the env's
+`user_tool` (a tool through which the agent talks instead). The executor then asks the env to open the
+conversation (`open_conversation(seed, channel)`: the user is created with the rollout's seed, and its
+opening is the first user message, in place of the instance's instruction). With the channel on:
+- an assistant message without tool calls goes to the user (`say(text) -> (reply, ended)`), and the reply
+  comes back as a user message (no nudge);
+- a message with tool calls opens a turn (`begin_turn(text)`: its text is recorded with the calls), each
+  call that never reaches the env's tools (unknown tool, arguments not JSON or not an object) is reported
+  (`call_failed`), as is an empty message, and `end_turn() -> ended` closes it;
+- the env alone ends the conversation (its user, its limits); no finish tool is needed.
+The opening and, for an env with `blocking_user` set, every message to the user run on the tool threads.
+Every other family runs as before.
 """
 
 from __future__ import annotations
@@ -193,9 +207,14 @@ class Executor:
         tools = [t for t in harness.tools if t.impl in available]
         tool_schemas = [openai_tool(t) for t in tools]
         by_name = {t.name: t for t in tools}
+        first = instance.instruction
+        channel = False
+        if getattr(env, "user_channel", False):
+            channel = getattr(env, "user_tool", None) not in {t.impl for t in tools}
+            first = await self._off_loop(env.open_conversation, seed, channel)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": harness.render_system()},
-            {"role": "user", "content": f"{instance.instruction}\n\n{TASK_ID_LINE.format(id=instance.id)}"},
+            {"role": "user", "content": f"{first}\n\n{TASK_ID_LINE.format(id=instance.id)}"},
         ]
         if resume is not None:
             if not 0 <= resume.turn < len(resume.source.turns):
@@ -209,6 +228,8 @@ class Executor:
         without_progress = 0
         error, error_detail = "none", ""
         for turn in range(harness.max_turns):
+            if channel and env.finished:  # the user ended it before the agent spoke
+                break
             visible, events = apply_policy(messages, harness.context)
             started = time.perf_counter()
             if resume is not None and turn < resume.turn:  # replay the recorded turn
@@ -242,7 +263,22 @@ class Executor:
             record_calls: list[dict[str, Any]] = []
             progressed = False
             finished = False
-            if not calls:
+            text = msg.get("content") if isinstance(msg.get("content"), str) else ""
+            if channel and not calls and text.strip():
+                if getattr(env, "blocking_user", False):  # the user is a remote model
+                    reply, finished = await self._off_loop(env.say, text)
+                else:
+                    reply, finished = env.say(text)
+                if reply is not None:
+                    messages.append({"role": "user", "content": reply})
+                events.append("to_user")
+                progressed = True
+            elif channel:
+                env.begin_turn(text or None)
+                if not calls:
+                    env.call_failed("", "the assistant message is empty")
+                    events.append("empty_message")
+            elif not calls:
                 messages.append({"role": "user", "content": NO_TOOL_NUDGE})
                 events.append("no_tool_call")
             for call in calls:
@@ -252,9 +288,11 @@ class Executor:
                 if finished:
                     content, ok = "error: the episode has already finished", False
                 else:
-                    content, ok, finished, fired = await self._run_call(
+                    content, ok, finished, fired, unrun = await self._run_call(
                         env, by_name, harness.hooks, name, raw, checklist_shown
                     )
+                    if channel and unrun:
+                        env.call_failed(name, content)
                     if "finish_checklist" in fired:
                         checklist_shown = True
                     events.extend(f"hook:{k}" for k in fired)
@@ -263,6 +301,8 @@ class Executor:
                 progressed |= ok
                 results.append(content)
                 messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
+            if channel and (calls or not text.strip()):
+                finished = env.end_turn() or finished
             without_progress = 0 if progressed else without_progress + 1
             if not finished:
                 for h in hk.hooks_for(harness.hooks, "on_turn"):
@@ -384,35 +424,37 @@ class Executor:
         name: str,
         raw: str,
         checklist_shown: bool,
-    ) -> tuple[str, bool, bool, list[str]]:
-        """Execute one tool call: (observation, succeeded, finished, hooks that fired). Argument checks
-        and hooks run inline; the call itself runs off the loop when the env names the tool blocking."""
+    ) -> tuple[str, bool, bool, list[str], bool]:
+        """Execute one tool call: (observation, succeeded, finished, hooks that fired, failed before the
+        env's tools: an unknown tool, arguments not JSON or not an object, an env that raised). Argument
+        checks and hooks run inline; the call itself runs off the loop when the env names the tool
+        blocking. A call a hook holds back is the harness's doing, not a failed call."""
         spec = by_name.get(name)
         if spec is None:
-            return f"error: unknown tool {name!r}; available: {', '.join(by_name)}", False, False, []
+            return f"error: unknown tool {name!r}; available: {', '.join(by_name)}", False, False, [], True
         try:
             args = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError as e:
-            return f"error: arguments are not valid JSON ({e.msg})", False, False, []
+            return f"error: arguments are not valid JSON ({e.msg})", False, False, [], True
         if not isinstance(args, dict):
-            return "error: arguments must be a JSON object", False, False, []
+            return "error: arguments must be a JSON object", False, False, [], True
         for h in hk.hooks_for(harness_hooks, "before_call"):
             blocked = hk.validate_args(h, spec, args)
             if blocked:
-                return blocked, False, False, [h.kind]
+                return blocked, False, False, [h.kind], False
         if spec.impl == "finish":
             for h in hk.hooks_for(harness_hooks, "on_finish"):
                 held = hk.finish_checklist(h, checklist_shown)
                 if held:
-                    return held, True, False, [h.kind]
+                    return held, True, False, [h.kind], False
         try:
             if spec.impl in getattr(env, "blocking_tools", ()):
                 result = await self._off_loop(env.call, spec.impl, args)
             else:
                 result = env.call(spec.impl, args)
         except Exception as e:  # noqa: BLE001 — an environment bug must not kill the rollout; it is recorded
-            return f"error: tool {name} crashed: {type(e).__name__}: {e}", False, False, []
-        return result.content, not result.error, result.finished, []
+            return f"error: tool {name} crashed: {type(e).__name__}: {e}", False, False, [], True
+        return result.content, not result.error, result.finished, [], False
 
     async def _complete(
         self, model: str, messages: list[dict], tools: list[dict], seed: int, log: Any,

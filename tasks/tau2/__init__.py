@@ -5,9 +5,20 @@ the tasks and their train/test splits (val carved from train, see `tasks.tau2.da
 tools (`tau2.registry` environments; schemas from `tool.openai_schema`; calls through tau2's
 `Environment.get_response`), the policy (the baseline harness's system prompt, and the family's handbook
 split into sections) and the scoring (tau2's evaluator: database replay against the gold actions, times
-the communicate check; see `tasks.tau2.checker`). The agent talks to the customer with `message_user`;
-the customer is tau2's LLM user simulator when `COEVOLVE_TAU2_USER_MODEL` names a litellm model, else an
-offline scripted user (`tasks.tau2.users`). The instance's instruction is the customer's opening message.
+the communicate check; see `tasks.tau2.checker`).
+
+The conversation runs tau2's protocol by default (`tasks.tau2.env`): the baseline harness's system prompt
+is tau2's agent prompt (`tau2.agent.llm_agent.SYSTEM_PROMPT` with its `AGENT_INSTRUCTION` and the domain
+policy, read from the installed tau2), its tools are tau2's domain tools only, the agent's plain text is
+its message to the customer, and only the customer or tau2's limits end the conversation. The customer is
+tau2's LLM user simulator when `COEVOLVE_TAU2_USER_MODEL` names a litellm model, else an offline scripted
+user (`tasks.tau2.users`); it is created per rollout with the rollout's seed and opens the conversation.
+`tool_harness()` is the earlier protocol (`message_user` and `finish` tools), kept as a named variant for
+experiments: a harness that offers `message_user` runs it, and its outcomes say `protocol: "tool"` (not
+comparable with tau2's numbers).
+
+The instance's instruction is a neutral line naming the domain (`INSTRUCTION`): the customer's words
+reach the agent only through the conversation, and no role reads the scenario through the instruction.
 
 No synthetic facts or constraints: `facts` and `constraints` are empty and the plan (tau2's gold actions)
 does not depend on knowledge. `answer_key` returns the gold actions, for analysis code only.
@@ -27,7 +38,10 @@ from tasks.tau2.data import available
 
 __all__ = ["Tau2AirlineFamily", "Tau2Family", "Tau2RetailFamily", "available"]
 
-MAX_TURNS = 100  # tau2 stops a simulation after 200 messages (DEFAULT_MAX_STEPS): ~100 agent turns
+MAX_TURNS = 100  # tau2's 200 steps (env.MAX_STEPS) end a conversation by the 100th agent turn
+INSTRUCTION = "Serve the customer who contacts {title}."
+
+CLOSING = "Is there anything else I can help you with?"
 
 ROLE = (
     "You are a customer service agent that helps the customer according to the policy below. "
@@ -78,9 +92,8 @@ class Tau2Family(TaskFamily):
         return data.raw_tasks(self.domain)[str(params["tau2_task"])]
 
     def instruction(self, world: dict[str, Any], instance_id: str) -> str:
-        from tasks.tau2.users import opening_message
-
-        return opening_message(data.scenario(world))
+        """The same neutral line for every task of the domain (the scenario stays with the customer)."""
+        return INSTRUCTION.format(title=self.title, domain=self.domain)
 
     def task_id(self, instance: TaskInstance) -> str:
         return str(instance.params["tau2_task"])
@@ -92,18 +105,33 @@ class Tau2Family(TaskFamily):
         return Tau2Env(instance, self.domain, self.task_id(instance))
 
     def baseline_tools(self) -> tuple[ToolSpec, ...]:
-        from tasks.tau2.env import MESSAGE_USER
-
-        return (*data.tool_specs(self.domain), MESSAGE_USER)
+        return data.tool_specs(self.domain)
 
     def baseline_harness(self) -> Harness:
-        """tau2's agent set-up: its instruction (adapted to the message_user tool) and the domain policy."""
-        from tasks.tau2.env import FINISH
+        """tau2's agent set-up, as `tau2 run` builds it (`LLMAgent.system_prompt`): tau2's system prompt
+        with its agent instruction and the domain policy, and tau2's domain tools."""
+        from tau2.agent import llm_agent
+
+        data.tau2()
+        prompt = llm_agent.SYSTEM_PROMPT.format(
+            agent_instruction=llm_agent.AGENT_INSTRUCTION, domain_policy=data.policy(self.domain)
+        )
+        return Harness(
+            family=self.name,
+            system_prompt=(PromptSection("tau2", prompt),),
+            tools=self.baseline_tools(),
+            max_turns=MAX_TURNS,
+        )
+
+    def tool_harness(self) -> Harness:
+        """The `tool` protocol (not tau2's; for experiments): the agent talks through `message_user` and
+        ends with `finish`, under this project's adaptation of tau2's instruction and the domain policy."""
+        from tasks.tau2.env import FINISH, MESSAGE_USER
 
         return Harness(
             family=self.name,
             system_prompt=(PromptSection("role", ROLE), PromptSection("policy", data.policy(self.domain))),
-            tools=(*self.baseline_tools(), FINISH),
+            tools=(*self.baseline_tools(), MESSAGE_USER, FINISH),
             max_turns=MAX_TURNS,
         )
 
@@ -117,15 +145,35 @@ class Tau2Family(TaskFamily):
 
         return plan(self.world(0, instance.params))
 
-    def reference_solve(self, instance: TaskInstance) -> tuple[Outcome, TaskEnv]:
-        """The gold plan through the tools. A gold action that fails in tau2's own gold replay too (e.g.
-        an exchange the gift card cannot pay for) is an error observation here as well, and tolerated."""
+    def reference_solve(self, instance: TaskInstance, protocol: str = "tau2") -> tuple[Outcome, TaskEnv]:
+        """The gold plan, through tau2's protocol by default: its `message_user` steps as plain text to
+        the customer, its domain steps as tool calls, no `finish`; then a closing question until the
+        customer ends the conversation (or a limit does). `protocol="tool"` drives the plan's tools as
+        they are. A gold action that fails in tau2's own gold replay too (e.g. an exchange the gift card
+        cannot pay for) is an error observation here as well, and tolerated."""
+        from tasks.tau2.env import Tau2Env
+
         env = self.make_env(instance)
+        assert isinstance(env, Tau2Env)
+        env.open_conversation(0, channel=protocol == "tau2")
         domain_tools = {t.impl for t in data.tool_specs(self.domain)}
         for step in self.plan(instance, self.full_knowledge()):
+            if env.finished:
+                break
+            if protocol == "tau2" and step.tool == "message_user":
+                env.say(step.args["message"])
+                continue
+            if protocol == "tau2" and step.tool == "finish":
+                continue
+            if protocol == "tau2":
+                env.begin_turn(None)
             result: ToolResult = env.call(step.tool, dict(step.args))
+            if protocol == "tau2":
+                env.end_turn()
             if result.error and step.tool not in domain_tools:
                 raise AssertionError(f"reference step {step.tool} failed on {instance.id}: {result.content}")
+        while protocol == "tau2" and not env.finished:
+            env.say(CLOSING)
         return self.check(env), env
 
     def answer_key(self, instance: TaskInstance) -> dict[str, Any]:

@@ -8,11 +8,12 @@ database, hashed, and compared with the hash after tau2's gold actions), the env
 the communicate check (`CommunicateEvaluator`) and, where the basis names it, the action check
 (`ActionEvaluator`). `tests/test_tau2.py` checks that it agrees with `evaluate_simulation` itself.
 
-One requirement is ours: the agent must have said something to the customer (`answered_customer`).
-tau2 scores a silent run by the database alone, and on 19 of the 50 airline tasks (7 of the 114 retail)
-the expected final database is the initial one, so an agent that only calls `finish` would pass them.
-The tau2 reward is kept in the outcome's detail (`detail["tau2"]["reward"]`) for figures that must be
-tau2's exactly.
+`passed` is tau2's reward == 1, exactly, and the score is the reward; a conversation that ended any other
+way than by the user or the agent (tau2's step limit, its error limit, a user that could not be reached)
+scores 0, as in tau2. Whether the agent ever said something to the customer (`answered_customer`, this
+project's earlier extra requirement: tau2 scores a silent run by the database alone) is reported beside
+the reward in `detail["tau2"]`, never inside `passed`; so is the conversation's `protocol` ("tau2", or
+"tool" for the earlier message_user/finish variant, not comparable with tau2's numbers).
 
 Reasons name what differs (records and fields of the final database, with the agent's value), never the
 gold actions or the expected values.
@@ -39,6 +40,7 @@ class Score:
     requirements: tuple[Requirement, ...]
     termination: str
     db_match: bool | None
+    answered_customer: bool
 
 
 # ------------------------------------------------------------------------------------- gold side
@@ -99,10 +101,9 @@ def score(env: Any) -> Score:
         if isinstance(m, t.message.AssistantMessage) and m.has_text_content() and not m.is_tool_call()
         and m.content not in (GREETING, STOP)
     )
-    reqs.append(Requirement("answered_customer", spoke > 0, "" if spoke else "the agent never said anything to the customer"))
     crit = task.evaluation_criteria
     if crit is None:  # tau2: no criteria -> reward 1
-        return _finish(reqs, 1.0 if stopped else 0.0, termination, None)
+        return _finish(reqs, 1.0 if stopped else 0.0, termination, None, spoke > 0)
     basis = set(crit.reward_basis)
     unsupported = basis - {R.DB, R.ENV_ASSERTION, R.COMMUNICATE, R.ACTION}
     if unsupported:
@@ -136,16 +137,16 @@ def score(env: Any) -> Score:
             f"{missing} of the {len(checks)} required tool calls were not made with the required arguments" if missing else "",
         ))
         reward *= info.reward
-    return _finish(reqs, reward if stopped else 0.0, termination, db_match)
+    return _finish(reqs, reward if stopped else 0.0, termination, db_match, spoke > 0)
 
 
-def _finish(reqs: list[Requirement], reward: float, termination: Any, db_match: bool | None) -> Score:
-    return Score(reward, tuple(reqs), str(getattr(termination, "value", termination)), db_match)
+def _finish(reqs: list[Requirement], reward: float, termination: Any, db_match: bool | None, spoke: bool) -> Score:
+    return Score(reward, tuple(reqs), str(getattr(termination, "value", termination)), db_match, spoke)
 
 
 def _unfinished(termination: Any, env: Any) -> str:
     why = {
-        "max_steps": "the turn limit was reached before the agent called finish or the customer left",
+        "max_steps": "tau2's step limit was reached before the customer ended the conversation",
         "too_many_errors": "the conversation was stopped after too many failed tool calls",
         "user_error": f"the customer could not be reached: {env.user_error}",
     }.get(getattr(termination, "value", str(termination)), f"the conversation ended with {termination}")
@@ -220,8 +221,8 @@ def _short(v: Any) -> str:
 
 def check(env: Any) -> Outcome:
     s = score(env)
-    passed = all(r.passed for r in s.requirements)
-    out = graded(list(s.requirements), s.reward if passed else 0.0)
+    passed = s.reward == 1.0
+    out = graded(list(s.requirements), s.reward)
     user = env.user
     detail = {
         **out.detail,
@@ -231,9 +232,11 @@ def check(env: Any) -> Outcome:
             "reward": s.reward,
             "termination": s.termination,
             "db_match": s.db_match,
-            "user": user.kind,
+            "answered_customer": s.answered_customer,
+            "protocol": env.protocol or "tool",
+            "user": user.kind if user else None,
             "user_model": getattr(user, "model", None),
-            "user_cost_usd": round(user.cost_usd, 8),
+            "user_cost_usd": round(user.cost_usd if user else 0.0, 8),
         },
     }
-    return Outcome(out.passed, out.score, detail)
+    return Outcome(passed, s.reward if passed else round(min(s.reward, 0.99), 4), detail)
