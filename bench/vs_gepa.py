@@ -32,6 +32,11 @@ Synthetic models are the project's testbed: the figures measure the optimisers' 
 on it, not real models.
 
     .venv/bin/python bench/vs_gepa.py --families all --seeds 3 --budget 200 --out bench-out/vs-gepa
+
+`--loop-variants stop,continue` runs the loop once per `on_plateau` setting beside GEPA in the same
+invocation (the same seeds, budget, val, train and test instances and the same proposer), as the
+optimisers `coevolve` (stop, the default) and `coevolve-continue`, and prints each against GEPA and
+continue / stop: a before/after of the loop change measured on one bench run.
 """
 
 from __future__ import annotations
@@ -307,6 +312,8 @@ class Config:
     minibatch: int = 3  # GEPA's reflection_minibatch_size (its default)
     use_merge: bool = True
     plateau: int = 3
+    on_plateau: str = "stop"  # the loop's setting for run_coevolve; compare() runs every one of loop_variants
+    loop_variants: tuple[str, ...] = ("stop",)
     test_n: int = 20
     test_repeats: int = 2
 
@@ -349,7 +356,7 @@ def run_coevolve(cfg: Config, evaluator: Any, proposer: TextOnlyProposer, root: 
     config = EvolveConfig(
         family=cfg.family, model=cfg.model, proposer=cfg.proposer, seed=cfg.seed, train_batch=cfg.train_batch,
         val_n=cfg.val_n, val_seeds=cfg.val_seeds, candidates=cfg.candidates, evidence_failures=cfg.evidence_failures,
-        plateau=cfg.plateau, budget=Budget(iterations=10_000, rollouts=cfg.budget + 10**9, seconds=10**9, usd=10**9),
+        plateau=cfg.plateau, on_plateau=cfg.on_plateau, budget=Budget(iterations=10_000, rollouts=cfg.budget + 10**9, seconds=10**9, usd=10**9),
     )
     store = HarnessStore(root / f"coevolve-{cfg.family}-{cfg.seed}")
     run_id = store.create_run("evolve", config.to_json())
@@ -364,9 +371,20 @@ def run_coevolve(cfg: Config, evaluator: Any, proposer: TextOnlyProposer, root: 
         accepted.append((a["harness_id"], parent))
         parent = a["harness_id"]
     stats = {"iterations": r.iterations, "accepted": len(r.accepted), "rejected": r.rejected, "invalid": r.invalid,
-             "held_out": proposer.held_out - held_before}
-    return Run("coevolve", meter.used, r.rollouts_used, dict(meter.by_split), meter.cut, r.stop_reason, timeline,
+             "held_out": proposer.held_out - held_before, "plateaus": r.plateaus}
+    return Run(loop_name(cfg.on_plateau), meter.used, r.rollouts_used, dict(meter.by_split), meter.cut, r.stop_reason, timeline,
                accepted, stats), harnesses
+
+
+def loop_name(on_plateau: str) -> str:
+    """The loop's optimiser name in cells and tables: `coevolve` for the default (stop), as before."""
+    return "coevolve" if on_plateau == "stop" else f"coevolve-{on_plateau}"
+
+
+def optimisers(cells: list[dict[str, Any]]) -> list[str]:
+    """The optimisers the cells hold: the loop's variants (stop first), then GEPA."""
+    names = [k for k in cells[0] if k == "coevolve" or k.startswith("coevolve-")]
+    return sorted(names, key=lambda n: (n != "coevolve", n)) + ["gepa"]
 
 
 def run_gepa(cfg: Config, evaluator: Any, proposer: TextOnlyProposer) -> tuple[Run, dict[str, Harness]]:
@@ -494,7 +512,8 @@ def measure(run: Run, harnesses: dict[str, Harness], test: TestSplit, baseline: 
         "baseline_test": sum(base) / len(base), "final_test": sum(final) / len(final),
         "final_gain": mean, "final_gain_ci95": [low, high], "final_wins": wins, "final_losses": losses,
         "final_harness": run.timeline[-1][1][:12],
-        "val_gain": val_gain, "rollouts_to_90pct_val": to90 if val_gain > 0 else None,  # None: no val gain "auc_test_gain": area / budget,
+        "val_gain": val_gain, "rollouts_to_90pct_val": to90 if val_gain > 0 else None,  # None: no val gain
+        "auc_test_gain": area / budget,
         "test_curve": [(r, round(g, 4)) for r, g in curve], "val_curve": [(r, round(v, 4)) for r, v in val_curve],
         "accepted": len(run.accepted), "false_accepts": false_accepts, "retests": retests,
     })
@@ -511,15 +530,14 @@ def compare(cfg: Config, workdir: Path | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         evaluator, proposer = _services(cfg)
-        co, co_h = run_coevolve(cfg, evaluator, proposer, root)
+        loops = [run_coevolve(dataclasses.replace(cfg, on_plateau=v), evaluator, proposer, root)
+                 for v in cfg.loop_variants]
         ge, ge_h = run_gepa(cfg, evaluator, proposer)
         t_runs = time.monotonic() - t0
-        test = TestSplit(cfg, evaluator)
+        test = TestSplit(cfg, evaluator)  # one test split: every optimiser measured on the same pairs
         baseline = get_family(cfg.family).baseline_harness()
-        results = {
-            "coevolve": measure(co, co_h, test, baseline, cfg.budget),
-            "gepa": measure(ge, ge_h, test, baseline, cfg.budget),
-        }
+        results = {run.optimiser: measure(run, hs, test, baseline, cfg.budget) for run, hs in loops}
+        results["gepa"] = measure(ge, ge_h, test, baseline, cfg.budget)
         return {"family": cfg.family, "seed": cfg.seed, "config": dataclasses.asdict(cfg), **results,
                 "test_rollouts": test.rollouts, "seconds_runs": round(t_runs, 1),
                 "seconds": round(time.monotonic() - t0, 1)}
@@ -550,7 +568,8 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for fam in dict.fromkeys(c["family"] for c in cells):
         fc = [c for c in cells if c["family"] == fam]
         row: dict[str, Any] = {"family": fam, "seeds": len(fc)}
-        for opt in ("coevolve", "gepa"):
+        opts = optimisers(fc)
+        for opt in opts:
             rs = [c[opt] for c in fc]
             row[opt] = {
                 "final_gain": mean_ci([r["final_gain"] for r in rs]),
@@ -566,16 +585,40 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "retest_not_positive": sum(sum(t["gain"] <= 0 for t in r["retests"]) for r in rs),
                 "rollouts_used": sum(r["rollouts_used"] for r in rs) / len(rs),
             }
-        c, g = row["coevolve"], row["gepa"]
-        row["ratios"] = {
-            "final_gain": ratio(c["final_gain"][0], g["final_gain"][0]),
-            "rollouts_to_90pct_val": ratio(c["rollouts_to_90pct_val"][0], g["rollouts_to_90pct_val"][0]),
-            "auc_test_gain": ratio(c["auc_test_gain"][0], g["auc_test_gain"][0]),
-            "false_accepts": ratio(c["false_accepts"], g["false_accepts"]),
-            "retest_not_positive": ratio(c["retest_not_positive"], g["retest_not_positive"]),
-        }
+        pairs = [(opt, "gepa") for opt in opts[:-1]] + [(opt, "coevolve") for opt in opts[1:-1]]
+        row["ratio_pairs"] = {f"{a} / {b}": _ratios(row[a], row[b]) for a, b in pairs}
+        row["ratios"] = row["ratio_pairs"]["coevolve / gepa"]  # the first comparison, as before the variants
         rows.append(row)
     return rows
+
+
+def _ratios(c: dict[str, Any], g: dict[str, Any]) -> dict[str, str]:
+    return {
+        "final_gain": ratio(c["final_gain"][0], g["final_gain"][0]),
+        "rollouts_to_90pct_val": ratio(c["rollouts_to_90pct_val"][0], g["rollouts_to_90pct_val"][0]),
+        "auc_test_gain": ratio(c["auc_test_gain"][0], g["auc_test_gain"][0]),
+        "false_accepts": ratio(c["false_accepts"], g["false_accepts"]),
+        "retest_not_positive": ratio(c["retest_not_positive"], g["retest_not_positive"]),
+    }
+
+
+def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over every (family, seed) cell: each optimiser's mean test gain and AUC, the runs with a test gain
+    above and below zero, and the ratios of the loop's variants to GEPA and to the loop's default."""
+    out: dict[str, Any] = {}
+    for opt in optimisers(cells):
+        rs = [c[opt] for c in cells]
+        out[opt] = {"runs": len(rs), "final_gain": sum(r["final_gain"] for r in rs) / len(rs),
+                    "auc_test_gain": sum(r["auc_test_gain"] for r in rs) / len(rs),
+                    "gain_above_0": sum(r["final_gain"] > 0 for r in rs), "gain_below_0": sum(r["final_gain"] < 0 for r in rs),
+                    "accepted": sum(r["accepted"] for r in rs), "false_accepts": sum(r["false_accepts"] for r in rs),
+                    "rollouts_used": sum(r["rollouts_used"] for r in rs) / len(rs),
+                    "stops": dict(Counter(r["stop"] for r in rs))}
+    opts = optimisers(cells)
+    pairs = [(opt, "gepa") for opt in opts[:-1]] + [(opt, "coevolve") for opt in opts[1:-1]]
+    out["ratios"] = {f"{a} / {b}": {k: ratio(out[a][k], out[b][k]) for k in ("final_gain", "auc_test_gain")}
+                     for a, b in pairs}
+    return out
 
 
 def mechanics(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -594,9 +637,11 @@ def mechanics(cells: list[dict[str, Any]]) -> dict[str, Any]:
         | {"pool_mean": sum(c["gepa"]["stats"].get("pool", 1) for c in cells) / len(cells),
            "pareto_front_mean": sum(c["gepa"]["stats"].get("pareto_front", 1) for c in cells) / len(cells),
            "train_rollouts": split("gepa", "train"), "val_rollouts": split("gepa", "val")},
-        "coevolve": {k: total("coevolve", k) for k in ("iterations", "accepted", "rejected", "invalid", "held_out")}
-        | {"stops": dict(Counter(c["coevolve"]["stop"] for c in cells)),
-           "train_rollouts": split("coevolve", "train"), "val_rollouts": split("coevolve", "val")},
+    } | {
+        opt: {k: total(opt, k) for k in ("iterations", "accepted", "rejected", "invalid", "held_out", "plateaus")}
+        | {"stops": dict(Counter(c[opt]["stop"] for c in cells)),
+           "train_rollouts": split(opt, "train"), "val_rollouts": split(opt, "val")}
+        for opt in optimisers(cells)[:-1]
     }
 
 
@@ -608,16 +653,17 @@ def table(rows: list[dict[str, Any]]) -> str:
             "of val gain | AUC of test gain | false accepts / accepted | re-test gain <= 0 | rollouts used |")
     lines = [head, "|" + "---|" * 10]
     for row in rows:
-        for opt in ("coevolve", "gepa"):
+        for opt in [k for k in row if k == "coevolve" or k.startswith("coevolve-")] + ["gepa"]:
             s = row[opt]
             lines.append(
                 f"| {row['family']} | {opt} | {ci(s['final_gain'])} | {', '.join(f'{x:+.2f}' for x in s['final_gain_per_seed'])} "
                 f"| {s['val_gain'][0]:+.3f} | {_to90(s)} | {ci(s['auc_test_gain'])} "
                 f"| {s['false_accepts']} / {s['accepted']} | {s['retest_not_positive']} | {s['rollouts_used']:.0f} |"
             )
-        r = row["ratios"]
-        lines.append(f"| {row['family']} | **coevolve / GEPA** | {r['final_gain']} | | | {r['rollouts_to_90pct_val']} "
-                     f"| {r['auc_test_gain']} | {r['false_accepts']} | {r['retest_not_positive']} | |")
+        for name, r in row.get("ratio_pairs", {"coevolve / gepa": row["ratios"]}).items():
+            lines.append(f"| {row['family']} | **{name.replace('gepa', 'GEPA')}** | {r['final_gain']} | | | "
+                         f"{r['rollouts_to_90pct_val']} | {r['auc_test_gain']} | {r['false_accepts']} "
+                         f"| {r['retest_not_positive']} | |")
     return "\n".join(lines)
 
 
@@ -625,6 +671,9 @@ def _to90(s: dict[str, Any]) -> str:
     if not s["runs_with_val_gain"]:
         return "- (no val gain)"
     return f"{s['rollouts_to_90pct_val'][0]:.0f} ({s['runs_with_val_gain']} runs with a gain)"
+
+
+COLOURS = {"coevolve": "tab:blue", "gepa": "tab:orange", "coevolve-continue": "tab:green"}
 
 
 def plot(cells: list[dict[str, Any]], budget: int, path: Path) -> Path:
@@ -640,8 +689,9 @@ def plot(cells: list[dict[str, Any]], budget: int, path: Path) -> Path:
             ys.append(base + g if g is not None else base)
         return ys
 
+    opts = optimisers(cells)
     series = {fam: {opt: [sum(v) / len(v) for v in zip(*(step(c, opt) for c in cells if c["family"] == fam))]
-                    for opt in ("coevolve", "gepa")} for fam in fams}
+                    for opt in opts} for fam in fams}
     try:
         import matplotlib
 
@@ -653,8 +703,8 @@ def plot(cells: list[dict[str, Any]], budget: int, path: Path) -> Path:
     rows_n = math.ceil(len(fams) / cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(3.6 * cols, 2.8 * rows_n), squeeze=False)
     for ax, fam in zip(axes.flat, fams):
-        for opt, colour in (("coevolve", "tab:blue"), ("gepa", "tab:orange")):
-            ax.step(xs, series[fam][opt], where="post", label=opt, color=colour)
+        for opt in opts:
+            ax.step(xs, series[fam][opt], where="post", label=opt, color=COLOURS.get(opt, "tab:green"))
         ax.set_title(fam)
         ax.set_xlabel("rollouts")
         ax.set_ylabel("test pass rate")
@@ -675,7 +725,8 @@ def _svg(series: dict[str, dict[str, list[float]]], xs: list[int], path: Path) -
     for k, (fam, opts) in enumerate(series.items()):
         ox = k * w
         parts.append(f'<text x="{ox + w / 2}" y="15" text-anchor="middle" font-size="12">{fam}</text>')
-        for opt, colour in (("coevolve", "#1f77b4"), ("gepa", "#ff7f0e")):
+        for opt in opts:
+            colour = {"coevolve": "#1f77b4", "gepa": "#ff7f0e"}.get(opt, "#2ca02c")
             pts = " ".join(f"{ox + pad + (w - 2 * pad) * x / xs[-1]:.1f},{h - pad - (h - 2 * pad) * y:.1f}"
                            for x, y in zip(xs, opts[opt]))
             parts.append(f'<polyline fill="none" stroke="{colour}" points="{pts}"/>')
@@ -698,6 +749,8 @@ def main() -> None:
     ap.add_argument("--test-n", type=int, default=20)
     ap.add_argument("--test-repeats", type=int, default=2)
     ap.add_argument("--no-merge", action="store_true")
+    ap.add_argument("--loop-variants", default="stop",
+                    help="the loop's on_plateau settings to run beside GEPA, comma-separated (e.g. stop,continue)")
     ap.add_argument("--proposer", default="synthetic/meta")
     ap.add_argument("--jobs", type=int, default=1, help="(family, seed) cells run in this many processes")
     ap.add_argument("--out", default="bench-out/vs-gepa")
@@ -707,12 +760,17 @@ def main() -> None:
     unknown = [f for f in fams if f not in family_names()]
     if unknown:
         ap.error(f"unknown families: {', '.join(unknown)} (families: {', '.join(family_names())})")
+    from agents.meta.loop import ON_PLATEAU
+
+    variants = tuple(dict.fromkeys(v.strip() for v in args.loop_variants.split(",") if v.strip()))
+    if not variants or any(v not in ON_PLATEAU for v in variants):
+        ap.error(f"--loop-variants takes {', '.join(ON_PLATEAU)}, comma-separated; got {args.loop_variants!r}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     configs = [
         Config(family=f, seed=s, budget=args.budget, proposer=args.proposer, val_n=args.val_n, val_seeds=args.val_seeds,
                train_batch=args.train_batch, minibatch=args.minibatch, use_merge=not args.no_merge,
-               test_n=args.test_n, test_repeats=args.test_repeats)
+               test_n=args.test_n, test_repeats=args.test_repeats, loop_variants=variants)
         for f in fams for s in range(args.seeds)
     ]
     started = time.monotonic()
@@ -747,6 +805,7 @@ def main() -> None:
                "held_to": "prompt sections and recipes on both sides (hooks, tools, context policies, decoding and "
                           "turn limits are not GEPA text components)"}
     summary["mechanics"] = mechanics(cells)
+    summary["pooled"] = pooled(cells)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     c0 = cells[0]["config"]
     seeds = sorted({c["seed"] for c in cells})
@@ -756,15 +815,17 @@ def main() -> None:
           f"{c0['test_repeats']} repeats; seeds {seeds}; proposer {c0['proposer']}")
     print(f"candidates held to {summary['held_to']}")
     print(table(rows))
+    print(f"pooled over {len(cells)} runs: {json.dumps(summary['pooled'])}")
     print(f"mechanics: {json.dumps(summary['mechanics'])}")
     print(f"figure: {figure}")
     print(f"note: {TESTBED_NOTICE}")
 
 
 def _progress(cell: dict[str, Any], started: float) -> None:
-    c, g = cell["coevolve"], cell["gepa"]
-    print(f"  {cell['family']} seed {cell['seed']}: test gain coevolve {c['final_gain']:+.3f} ({c['rollouts_used']} "
-          f"rollouts, {c['accepted']} accepted, {c['false_accepts']} null) | gepa {g['final_gain']:+.3f} "
+    loops = " | ".join(f"{opt} {c['final_gain']:+.3f} ({c['rollouts_used']} rollouts, {c['accepted']} accepted, "
+                       f"{c['false_accepts']} null)" for opt in optimisers([cell])[:-1] for c in [cell[opt]])
+    g = cell["gepa"]
+    print(f"  {cell['family']} seed {cell['seed']}: test gain {loops} | gepa {g['final_gain']:+.3f} "
           f"({g['rollouts_used']} rollouts, {g['accepted']} in pool, {g['false_accepts']} null); {cell['seconds']:.0f} s "
           f"[{time.monotonic() - started:.0f} s]", file=sys.stderr, flush=True)
 

@@ -80,3 +80,22 @@ def test_tiny_budget_ends_both_runs_at_exactly_that_count(tmp_path):
     for run, hs in ((co, co_h), (ge, ge_h)):
         assert all(h in hs for _, h, _ in run.timeline)
         assert all(c in hs and p in hs for c, p in run.accepted)
+
+
+def test_loop_variants_run_beside_gepa_on_the_same_instances(tmp_path):
+    """`--loop-variants stop,continue`: one cell holds both loops and GEPA, measured on one test split;
+    continue spends the budget where stop ends on its plateau, and the table prints each against GEPA
+    and continue / stop."""
+    cfg = vg.Config(family="iot", seed=0, budget=60, val_n=3, val_seeds=2, train_batch=4, plateau=1, test_n=3,
+                    test_repeats=1, loop_variants=("stop", "continue"))
+    cell = vg.compare(cfg, workdir=tmp_path)
+    stop, cont = cell["coevolve"], cell["coevolve-continue"]
+    assert stop["stop"] == "plateau" and stop["rollouts_used"] < cfg.budget
+    assert cont["stop"] == "budget:rollouts" and cont["rollouts_used"] == cfg.budget == cell["gepa"]["rollouts_used"]
+    assert cont["stats"]["plateaus"] >= 1 and cont["stats"]["iterations"] > stop["stats"]["iterations"]
+    assert stop["baseline_test"] == cont["baseline_test"] == cell["gepa"]["baseline_test"]  # one test split
+    rows = vg.summarise([cell])
+    assert set(rows[0]["ratio_pairs"]) == {"coevolve / gepa", "coevolve-continue / gepa", "coevolve-continue / coevolve"}
+    text = vg.table(rows)
+    assert "**coevolve-continue / coevolve**" in text and "| iot | coevolve-continue |" in text
+    assert vg.optimisers([cell]) == ["coevolve", "coevolve-continue", "gepa"]
