@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tau2" / "retail_task40_conversation.json"
 RECORD = os.environ.get("COEVOLVE_RECORD_TAU2") == "1"
-SIZES = {"tau2-airline": {"train": 20, "val": 10, "test": 20}, "tau2-retail": {"train": 54, "val": 20, "test": 40}}
+SIZES = {"tau2-airline": {"train": 20, "val": 10, "test": 20, "base": 50}, "tau2-retail": {"train": 54, "val": 20, "test": 40, "base": 114}}
 # val is carved from tau2's train with random.Random(VAL_SEED): pinned, so that a change is noticed
 VAL_IDS = {
     "airline": ("1", "3", "4", "5", "14", "15", "17", "28", "33", "36"),
@@ -91,7 +91,9 @@ def test_eval_validation_accepts_a_tau2_family(tmp_path: Path) -> None:
     req = EvalRequest("tau2-retail", "test", 50, "baseline", ("gemini/gemini-2.5-flash",), 1, 0, None, repeats=4)
     plan = validate_eval(req, tmp_path / "store")
     assert len(plan.instances["tau2-retail"]) == 40  # --n beyond the split takes the whole split
-    assert plan.harnesses["tau2-retail"].section("policy") is not None
+    from tasks.tau2 import data
+
+    assert data.policy("retail") in plan.harnesses["tau2-retail"].render_system()
 
 
 # ------------------------------------------------------------------------------------ splits and instances
@@ -108,9 +110,8 @@ def test_splits_are_tau2s_with_val_carved_from_train(fam: Any) -> None:
     assert list(ids["train"]) == [i for i in tau2_splits["train"] if i not in ids["val"]]  # tau2's order
 
 
-def test_instances_round_trip_and_open_with_the_customers_words(fam: Any) -> None:
-    from tasks.tau2 import data
-    from tasks.tau2.users import first_person, sentences
+def test_instances_round_trip_and_name_only_the_domain(fam: Any) -> None:
+    from tasks.tau2 import INSTRUCTION, data
 
     insts = fam.generate("val")
     assert len(insts) == fam.split_sizes["val"] and len({i.id for i in insts}) == len(insts)
@@ -119,7 +120,10 @@ def test_instances_round_trip_and_open_with_the_customers_words(fam: Any) -> Non
     for inst in insts:
         assert fam.instance(inst.id) == inst
         sc = data.scenario(data.raw_tasks(fam.domain)[inst.params["tau2_task"]])
-        assert inst.instruction == "Hi! " + first_person(sentences(sc.reason_for_call)[0])
+        assert inst.instruction == INSTRUCTION.format(title=fam.title, domain=fam.domain)
+        # the scenario stays with the customer: the opening comes from the user, not from the instruction
+        opening = fam.make_env(inst).open_conversation(0)
+        assert opening and opening not in inst.instruction and sc.reason_for_call not in inst.instruction
     with pytest.raises(ValueError):
         fam.generate("val", difficulty=3)
     with pytest.raises(ValueError):
@@ -132,16 +136,22 @@ def test_tools_and_prompt_are_tau2s_own(fam: Any) -> None:
 
     env = data.new_environment(fam.domain)
     schemas = {t.name: t.openai_schema["function"] for t in env.get_tools()}
+    from tau2.agent.llm_agent import LLMAgent
+
     h = fam.baseline_harness()
-    domain_tools = [t for t in h.tools if t.name not in ("message_user", "finish")]
-    assert {t.name for t in domain_tools} == set(schemas)
-    for t in domain_tools:
+    assert [t.name for t in h.tools] == [t.name for t in env.get_tools()]  # tau2's domain tools, nothing else
+    for t in h.tools:
         assert t.parameters == schemas[t.name]["parameters"] and t.impl == t.name
-    assert h.section("policy").text == env.get_policy()
-    assert "message_user" in h.render_system()
+    # the system prompt is tau2's LLMAgent's, built by tau2 itself
+    assert h.render_system() == LLMAgent(tools=env.get_tools(), domain_policy=env.get_policy()).system_prompt
+    assert "message_user" not in h.render_system()
+    tool = fam.tool_harness()  # the earlier protocol, a named variant
+    assert [t.name for t in tool.tools] == [*schemas, "message_user", "finish"]
+    assert tool.section("policy").text == env.get_policy() and "message_user" in tool.render_system()
     from harness_store.edits import validate_harness
 
     validate_harness(h)
+    validate_harness(tool)
 
 
 def test_handbook_is_the_policy_in_sections(fam: Any) -> None:
@@ -163,12 +173,23 @@ def _sweep(family: Any, instances: list[Any]) -> None:
     for inst in instances:
         outcome, env = family.reference_solve(inst)
         assert outcome.passed and outcome.score == 1.0, (inst.id, failing(outcome))
-        assert outcome.detail["tau2"]["reward"] == 1.0
+        assert outcome.detail["tau2"]["reward"] == 1.0 and outcome.detail["tau2"]["protocol"] == "tau2"
+        assert outcome.detail["tau2"]["answered_customer"] and outcome.detail["tau2"]["termination"] == "user_stop"
+        # finish-only (the tool protocol's floor): scored by tau2's reward alone, answered_customer beside it
         env = family.make_env(inst)
         env.call("finish", {})
         out = family.check(env)
-        assert not out.passed and out.score == 0.0, inst.id
-        assert "answered_customer" in failing(out)
+        assert out.detail["tau2"]["protocol"] == "tool" and out.detail["tau2"]["answered_customer"] is False
+        assert out.passed == (out.detail["tau2"]["reward"] == 1.0), inst.id
+        # under tau2's protocol a silent agent cannot end the conversation: its empty turns hit the error limit
+        env = family.make_env(inst)
+        env.open_conversation(0)
+        while not env.finished:
+            env.begin_turn(None)
+            env.call_failed("", "empty")
+            env.end_turn()
+        out = family.check(env)
+        assert not out.passed and out.score == 0.0 and out.detail["tau2"]["termination"] == "too_many_errors"
 
 
 def test_reference_passes_and_finish_only_fails_a_sample(fam: Any) -> None:
@@ -181,7 +202,7 @@ def test_reference_passes_and_finish_only_fails_every_task_of_every_split(fam: A
 
 
 def test_plan_uses_only_the_families_tools(fam: Any) -> None:
-    names = {t.name for t in fam.baseline_harness().tools}
+    names = {t.name for t in fam.tool_harness().tools}
     for inst in fam.generate("test"):
         steps = fam.plan(inst, fam.full_knowledge())
         assert steps[0].tool == "message_user" and steps[-1].tool == "finish"
@@ -411,7 +432,7 @@ def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) 
     inst = fam.instance(fixture["instance"])
 
     traj = asyncio.run(Executor(ReplayClient(agent), RetryPolicy(attempts=1)).rollout(
-        inst, fam.baseline_harness(), fixture["agent_model"]
+        inst, fam.tool_harness(), fixture["agent_model"]  # the fixture was recorded under the tool protocol
     ))
     if RECORD:
         FIXTURE.write_text(json.dumps(fixture, indent=1) + "\n")
@@ -422,6 +443,7 @@ def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) 
     assert traj.passed and traj.outcome.detail["tau2"] == {
         "domain": "retail", "task_id": "40", "reward": 1.0, "termination": "user_stop", "db_match": True,
         "user": "llm", "user_model": fixture["user_model"], "user_cost_usd": traj.outcome.detail["tau2"]["user_cost_usd"],
+        "answered_customer": True, "protocol": "tool",
     }
     assert len(traj.turns) == len(fixture["agent"])
     assert traj.ground_truth["gold_actions"][-1]["name"] == "modify_pending_order_payment"
@@ -429,7 +451,7 @@ def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) 
     # and it saw the opening message as its own words
     first = user_calls[0]["messages"]
     assert first[0]["role"] == "system" and "<scenario>" in first[0]["content"] and "isabella" in first[0]["content"].lower()
-    assert {"role": "assistant", "content": inst.instruction} in [{"role": m["role"], "content": m["content"]} for m in first]
+    assert {"role": "assistant", "content": envs[-1].opening} in [{"role": m["role"], "content": m["content"]} for m in first]
     assert user_calls[0]["kw"].get("temperature") == 0.0
     # and tau2's own evaluator scores the conversation the same way
     env = envs[-1]
@@ -472,4 +494,6 @@ def test_user_model_comes_from_the_environment(monkeypatch: Any) -> None:
     monkeypatch.delenv("COEVOLVE_TAU2_USER_MODEL")
     monkeypatch.delenv("COEVOLVE_TAU2_USER_ARGS")
     fam = get_family("tau2-airline")
-    assert fam.make_env(fam.instance("tau2-airline/test/0")).user.kind == "scripted"
+    env = fam.make_env(fam.instance("tau2-airline/test/0"))
+    env.open_conversation(0)
+    assert env.user.kind == "scripted"

@@ -110,9 +110,9 @@ class Tau2Family(TaskFamily):
     def baseline_harness(self) -> Harness:
         """tau2's agent set-up, as `tau2 run` builds it (`LLMAgent.system_prompt`): tau2's system prompt
         with its agent instruction and the domain policy, and tau2's domain tools."""
+        data.tau2()  # first: importing tau2 through it keeps litellm's settings
         from tau2.agent import llm_agent
 
-        data.tau2()
         prompt = llm_agent.SYSTEM_PROMPT.format(
             agent_instruction=llm_agent.AGENT_INSTRUCTION, domain_policy=data.policy(self.domain)
         )
