@@ -778,11 +778,18 @@ def main() -> None:
     if args.from_cells:
         cells = [json.loads(line) for line in Path(args.from_cells).read_text().splitlines() if line.strip()]
         args.budget = cells[0]["config"]["budget"]
+        configs = []
     cells_path = out / ("cells-summarised.jsonl" if args.from_cells else "cells.jsonl")
+    if not args.from_cells:  # a run that was stopped goes on: cells of the same config are kept, not re-run
+        cells = finished_cells(cells_path, configs)
+        if cells:
+            print(f"resuming: {len(cells)} of {len(configs)} cells already in {cells_path}", file=sys.stderr, flush=True)
+        done = {(c["family"], c["seed"]) for c in cells}
+        configs = [c for c in configs if (c.family, c.seed) not in done]
     with cells_path.open("w") as fh:
-        if args.from_cells:
-            fh.writelines(json.dumps(c) + "\n" for c in cells)
-        elif args.jobs > 1:
+        fh.writelines(json.dumps(c) + "\n" for c in cells)
+        fh.flush()
+        if args.jobs > 1 and len(configs) > 1:
             with ProcessPoolExecutor(args.jobs) as pool:
                 for cell in pool.map(compare, configs):
                     cells.append(cell)
@@ -819,6 +826,23 @@ def main() -> None:
     print(f"mechanics: {json.dumps(summary['mechanics'])}")
     print(f"figure: {figure}")
     print(f"note: {TESTBED_NOTICE}")
+
+
+def finished_cells(path: Path, configs: list[Config]) -> list[dict[str, Any]]:
+    """The cells of `path` (an earlier, possibly interrupted run) whose config is one of `configs`
+    exactly, in the order of `configs`; cells of other settings and a torn last line are dropped."""
+    wanted = {(c.family, c.seed): dataclasses.asdict(c) for c in configs}
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                cell = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            key = (cell.get("family"), cell.get("seed"))
+            if key in wanted and json.loads(json.dumps(wanted[key])) == cell.get("config"):
+                found[key] = cell
+    return [found[k] for k in wanted if k in found]
 
 
 def _progress(cell: dict[str, Any], started: float) -> None:

@@ -99,3 +99,21 @@ def test_loop_variants_run_beside_gepa_on_the_same_instances(tmp_path):
     text = vg.table(rows)
     assert "**coevolve-continue / coevolve**" in text and "| iot | coevolve-continue |" in text
     assert vg.optimisers([cell]) == ["coevolve", "coevolve-continue", "gepa"]
+
+
+def test_a_stopped_run_keeps_the_cells_of_its_own_config_only(tmp_path):
+    """Resuming: cells written under the same config are kept (in config order), a cell of another
+    setting and a torn last line are dropped, so a rerun redoes exactly the missing cells."""
+    import dataclasses
+    import json
+
+    a, b, c = (vg.Config(family=f, seed=0, budget=40) for f in ("iot", "payroll", "budget"))
+    other = dataclasses.replace(b, budget=41)
+    path = tmp_path / "cells.jsonl"
+    path.write_text("".join(json.dumps({"family": x.family, "seed": x.seed, "config": dataclasses.asdict(x)}) + "\n"
+                            for x in (b, a, other)) + '{"family": "budget", "se')
+    kept = vg.finished_cells(path, [a, b, c])
+    assert [k["family"] for k in kept] == ["iot", "payroll"]
+    assert kept[1]["config"]["budget"] == 40  # the payroll cell of budget 41 is not this run's
+    assert vg.finished_cells(path, [dataclasses.replace(a, loop_variants=("stop", "continue"))]) == []
+    assert vg.finished_cells(tmp_path / "none.jsonl", [a]) == []
