@@ -219,6 +219,7 @@ def test_a_build_resumed_from_its_journal_gives_the_same_rows_in_the_same_order(
 
 
 # ------------------------------------------------------------------ actor loss during a build
+@pytest.mark.slow  # ~30 s of actor kills and replacements
 def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tmp_path):
     import threading
 

@@ -149,7 +149,7 @@ class CrashingEvaluator(InProcessEvaluator):
         return super().evaluate(jobs, model)
 
 
-@pytest.mark.parametrize("crash_at", [2, 9])
+@pytest.mark.parametrize("crash_at", [2, pytest.param(9, marks=pytest.mark.slow)])  # a late crash: ~22 s more
 def test_killed_run_resumes_from_the_store_to_the_same_final_harness(tmp_path, crash_at):
     config = small_config()
     reference, _ = make_loop(tmp_path / "ref", config)

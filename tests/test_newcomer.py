@@ -216,7 +216,8 @@ def _no_stack_dump(err: str) -> None:
     assert "C++" not in err and "Traceback" not in err and "logging.cc" not in err, err[-3000:]
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)],
+                         ids=["SIGINT", "SIGTERM"])  # SIGTERM is also covered by the interrupted-eval test
 def test_interrupted_evolve_says_how_to_resume(tmp_path, sig, code):
     store = tmp_path / "store"
     proc = coevolve(*EVOLVE, "--store", str(store), cwd=tmp_path)

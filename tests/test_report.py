@@ -46,6 +46,7 @@ def experiment(ray_session, tmp_path_factory):
     return store, run_id, before, resumed, out
 
 
+@pytest.mark.slow  # the module's experiment fixture runs a whole experiment (~70 s)
 def test_a_resumed_experiment_redoes_no_finished_cell(experiment):
     store, run_id, before, resumed, out = experiment
     assert len(before) == 4
@@ -58,6 +59,7 @@ def test_a_resumed_experiment_redoes_no_finished_cell(experiment):
     assert out["adapter_rules"] == SYNTHETIC_ADAPTER_RULES  # synthetic arms: the rules that decide them
 
 
+@pytest.mark.slow  # the module's experiment fixture runs a whole experiment (~70 s)
 def test_the_experiment_command_prints_the_adapter_rules_under_its_table(experiment, capsys):
     from cluster.cli import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
     from cluster.cli_adapt import print_experiment
@@ -70,6 +72,7 @@ def test_the_experiment_command_prints_the_adapter_rules_under_its_table(experim
     assert " ".join(SYNTHETIC_ADAPTER_RULES.split()) in text
 
 
+@pytest.mark.slow  # the module's experiment fixture runs a whole experiment (~70 s)
 def test_report_renders_in_chromium_with_every_plot(experiment):
     from playwright.sync_api import sync_playwright
 
@@ -105,6 +108,7 @@ def test_report_renders_in_chromium_with_every_plot(experiment):
     shutil.copy(html_path, ARTIFACTS / "report.html")
 
 
+@pytest.mark.slow  # the module's experiment fixture runs a whole experiment (~70 s)
 def test_composition_sums_to_all_hard_failures_and_never_counts_infra(experiment):
     from agents.analysis import hard_failures
 
