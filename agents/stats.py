@@ -4,12 +4,18 @@ Repeats of one instance are correlated, so the interval treats instances as the 
 mean over instances of each instance's pass share, and its standard error is the spread of those
 shares over sqrt(n instances) (a cluster-robust normal interval, clipped to [0, 1]). Infra-failed
 rollouts are excluded from every rate.
+
+pass^k follows tau2-bench (`tau2.metrics.agent_metrics`): per instance the unbiased C(c, k) / C(n, k)
+from its own c passes in n scored runs, averaged over instances, for k = 1 .. the smallest n over the
+instances (`PassRate.max_k`; tau2's `get_metrics_df` caps k there when some task has fewer trials).
+An instance with no scored run (every run infra-failed) is left out, as a task with no simulation is in
+tau2. `pass_hat_ks(k_max)` reports k = 1 .. min(k_max, max_k) and that cap, and never raises.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from math import comb, sqrt
 from typing import Any
@@ -28,15 +34,31 @@ class PassRate:
     infra: int
     per_instance: dict[str, tuple[int, int]]  # instance id -> (passes, scored runs)
 
+    @property
+    def max_k(self) -> int:
+        """The largest k pass^k is defined for: the smallest scored-run count over the instances that
+        have one (0 when none has)."""
+        return min((n for _, n in self.per_instance.values() if n), default=0)
+
     def pass_hat_k(self, k: int) -> float:
         """tau-bench's pass^k: the chance that k i.i.d. runs of an instance all pass, averaged over
-        instances (unbiased from c passes in n runs: C(c, k) / C(n, k)); needs n >= k everywhere."""
-        if k < 1:
-            raise ValueError("k must be >= 1")
+        instances (unbiased from c passes in n runs: C(c, k) / C(n, k)); defined for 1 <= k <= max_k
+        (ValueError beyond: reports use `pass_hat_ks`, which caps k)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if k > self.max_k:
+            raise ValueError(
+                f"pass^{k} needs {k} scored runs of every instance; the fewest any instance has is {self.max_k} "
+                "(pass_hat_ks caps k there)"
+            )
         runs = [(c, n) for c, n in self.per_instance.values() if n]
-        if not runs or any(n < k for _, n in runs):
-            raise ValueError(f"pass^{k} needs at least {k} scored runs of every instance")
         return sum(comb(c, k) / comb(n, k) for c, n in runs) / len(runs)
+
+    def pass_hat_ks(self, k_max: int) -> tuple[dict[int, float], int]:
+        """({k: pass^k} for k = 1 .. cap, cap) with cap = min(k_max, max_k), as tau2 reports pass^k up to
+        the smallest trial count; never raises ({} and 0 when no instance has a scored run)."""
+        cap = max(0, min(int(k_max), self.max_k))
+        return {k: self.pass_hat_k(k) for k in range(1, cap + 1)}, cap
 
     @property
     def boundary_share(self) -> float:
@@ -56,6 +78,11 @@ class PassRate:
         }
 
 
+def cap_note(cap: int) -> str:
+    """The line a report prints when pass^k stops below the eval's repeats."""
+    return f"pass^k capped at {cap}: an instance has only {cap} scored runs"
+
+
 def mean_ci(values: Sequence[float]) -> tuple[float, tuple[float, float]]:
     """Mean and 95% normal interval of per-unit values (clipped to [0, 1])."""
     if not values:
@@ -69,7 +96,8 @@ def mean_ci(values: Sequence[float]) -> tuple[float, tuple[float, float]]:
     return mean, (max(0.0, mean - half), min(1.0, mean + half))
 
 
-def pass_rate(trajectories: Iterable[Trajectory]) -> PassRate:
+def pass_rate(trajectories: Iterable[Trajectory], success: Callable[[Trajectory], bool] | None = None) -> PassRate:
+    """Rates over `trajectories`; a run passes when `success(t)` holds (default: `t.passed`)."""
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     rollouts = infra = 0
     for t in trajectories:
@@ -78,7 +106,7 @@ def pass_rate(trajectories: Iterable[Trajectory]) -> PassRate:
             infra += 1
             continue
         c = counts[t.instance.id]
-        c[0] += t.passed
+        c[0] += bool(success(t)) if success is not None else t.passed
         c[1] += 1
     shares = [c / n for c, n in counts.values() if n]
     mean, ci = mean_ci(shares)

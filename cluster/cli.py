@@ -173,7 +173,7 @@ def _echo_json(obj: Any) -> None:
 @cli_errors
 def eval_cmd(
     family: Annotated[str, typer.Option("--family", help="task family, or 'all'")] = "iot",
-    split: Annotated[str, typer.Option("--split")] = "val",
+    split: Annotated[str, typer.Option("--split", help="train, val or test; base: tau2's leaderboard set (tau2 families only)")] = "val",
     n: Annotated[int, typer.Option("--n", help="instances per family")] = 50,
     harness: Annotated[str, typer.Option("--harness", help="harness id, prefix, alias or 'baseline'")] = "baseline",
     model: Annotated[str, typer.Option("--model", help="provider/model[@adapter], or several, comma-separated")] = "synthetic/weak",
@@ -193,7 +193,10 @@ def eval_cmd(
     One family and one model print one table row (`--json`: one object); several families (`--family
     all`) or models print one row per (family, model) and a family x model pass-rate table (`--json`: a
     list of objects). `--repeats K` runs every instance K times and reports pass@1 with a 95% interval
-    and each instance's pass count."""
+    and each instance's pass count, and pass^k for k up to K (fewer when infra failures left an instance
+    fewer scored runs: `pass_hat_k_cap`). A tau2 family's eval also reports tau2's numbers (`tau2`:
+    reward, pass^k, answered_customer, data version) and whether they are comparable with tau2's
+    leaderboard (`--split base` under tau2's protocol and LLM user), naming each reason they are not."""
     from cluster.jobs import EvalRequest, reference_result, run_eval, validate_eval
     from services.logs import configure_logging
 

@@ -44,15 +44,37 @@ def eval_table(results: Sequence[Any]) -> None:
             r.run_id,
         )
     console.print(t)
+    from agents.stats import cap_note
+
     for r in results:
         if r.repeats > 1:
-            ks = ", ".join(f"pass^{k} {r.rate.pass_hat_k(k):.1%}" for k in range(1, r.repeats + 1))
+            values, cap = r.rate.pass_hat_ks(r.repeats)
+            ks = ", ".join(f"pass^{k} {v:.1%}" for k, v in values.items()) or "pass^k: no scored runs"
             console.print(
-                f"{r.summary.family} {r.summary.model}: {ks}; "
+                f"{escape(r.summary.family)} {escape(r.summary.model)}: {ks}; "
                 f"{r.rate.boundary_share:.0%} of instances passed on some runs but not all"
+                + (f" ({cap_note(cap)})" if cap < r.repeats else "")
             )
+        if getattr(r, "tau2", None):
+            tau2_lines(r.summary.family, r.summary.model, r.tau2)
     if any(r.summary.model.startswith("synthetic/") for r in results):
         testbed_notice()
+
+
+def tau2_lines(family: str, model: str, t: dict[str, Any]) -> None:
+    """tau2's numbers of one eval: its reward and pass^k (to the cap), answered_customer beside them,
+    the data version, and whether they are comparable with tau2's leaderboard (one line, with why not)."""
+    ks = ", ".join(f"pass^{k} {v:.1%}" for k, v in t["pass_hat_k"].items()) or "no scored runs"
+    cap = f" ({t['pass_hat_k_note']})" if t.get("pass_hat_k_note") else ""
+    console.print(
+        f"{escape(family)} {escape(model)} tau2: avg reward {t['avg_reward']:.1%}, {ks}{cap} over {t['scored']} scored runs; "
+        f"answered the customer in {t['answered_customer']:.0%} of them; "
+        f"protocol {', '.join(t['protocols']) or '-'}, user {', '.join(t['users']) or '-'}"
+        + (f" ({', '.join(t['user_models'])})" if t["user_models"] else ""),
+        markup=False, highlight=False, soft_wrap=True,
+    )
+    console.print(f"{family} tau2 data: {t['data_version']}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{family} {t['note']}", markup=False, highlight=False, soft_wrap=True)
 
 
 def testbed_notice() -> None:

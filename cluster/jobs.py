@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from agents.report import TESTBED_NOTICE, failure_causes, summarise
-from agents.stats import PassRate, pass_rate
+from agents.stats import PassRate, cap_note, pass_rate
 from harness_store.values import EvalSummary, Harness, ModelRef, TaskInstance
 
 
@@ -68,10 +68,14 @@ class EvalResult:
     seconds: float
     rate: PassRate
     repeats: int = 1
+    tau2: dict[str, Any] | None = None  # tau2 families: `agents.tau2_report.tau2_report` of the rollouts
 
     def as_json(self) -> dict[str, Any]:
+        """The eval's record. pass^k runs k = 1 .. `pass_hat_k_cap`, the repeats or fewer when infra
+        failures left some instance with fewer scored runs (`pass_hat_k_note` says so); never raises."""
         s = self.summary
         rate = self.rate.as_json()
+        ks, cap = self.rate.pass_hat_ks(self.repeats)
         out = {
             "run_id": self.run_id,
             "family": s.family,
@@ -93,8 +97,13 @@ class EvalResult:
             "ci95": rate["ci95"],
             "boundary_share": rate["boundary_share"],
             "per_instance": rate["per_instance"],
-            "pass_hat_k": {str(k): round(self.rate.pass_hat_k(k), 4) for k in range(1, self.repeats + 1)},
+            "pass_hat_k": {str(k): round(v, 4) for k, v in ks.items()},
+            "pass_hat_k_cap": cap,
         }
+        if cap < self.repeats:
+            out["pass_hat_k_note"] = cap_note(cap)
+        if self.tau2 is not None:
+            out["tau2"] = self.tau2
         if s.model.startswith("synthetic/"):
             out["notice"] = TESTBED_NOTICE
         return out
@@ -514,7 +523,8 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
         trajs = [have[k] for k in keys]
         summary = summarise(trajs, split=req.split, seed=req.seed)
         res = EvalResult(
-            run_id, summary, failure_causes(trajs), time.perf_counter() - started, pass_rate(trajs), req.repeats
+            run_id, summary, failure_causes(trajs), time.perf_counter() - started, pass_rate(trajs), req.repeats,
+            tau2_block(fam, trajs, req.split, req.repeats),
         )
         store.finish_run(run_id, "done", res.as_json())
     except BaseException as e:
@@ -535,6 +545,19 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
                 lease.release()
     log.info("eval done", pass_rate=summary.pass_rate, reused=len(jobs) - len(todo))
     return res
+
+
+def tau2_block(family: str, trajs: list[Any], split: str, repeats: int) -> dict[str, Any] | None:
+    """tau2's metrics and leaderboard comparability for a tau2 family's eval (None for other families)."""
+    from tasks import get_family
+    from tasks.tau2 import Tau2Family
+
+    fam = get_family(family)
+    if not isinstance(fam, Tau2Family):
+        return None
+    from agents.tau2_report import tau2_report
+
+    return tau2_report(trajs, domain=fam.domain, split=split, repeats=repeats, split_size=fam.split_sizes.get(split))
 
 
 def _kept(store: Any, run_id: str) -> int | str:
