@@ -129,3 +129,16 @@ def tau2_report(
     if cap < repeats:
         out["pass_hat_k_note"] = cap_note(cap)
     return out
+
+
+def verdict(blocks: Sequence[dict[str, Any] | None]) -> str | None:
+    """One line for a report that shows several tau2 measurements (an evolve's baseline and evolved arms,
+    a transfer row): each reason any of them is not comparable, once, in order; None when there is no
+    tau2 block."""
+    blocks = [b for b in blocks if b]
+    if not blocks:
+        return None
+    reasons = list(dict.fromkeys(r for b in blocks for r in b["not_comparable"]))
+    if not reasons:
+        return blocks[0]["note"]
+    return "not comparable with tau2's leaderboard: " + "; ".join(reasons)

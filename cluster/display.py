@@ -197,6 +197,8 @@ def evolve_summary(out: dict[str, Any]) -> None:
             f"evolved {e['pass_at_1']:.1%} [{e['ci95'][0]:.0%}, {e['ci95'][1]:.0%}], "
             f"gain {test['gain'] * 100:+.1f} pts [{test['gain_ci95'][0] * 100:+.1f}, {test['gain_ci95'][1] * 100:+.1f}]"
         )
+    if out.get("tau2_note"):
+        console.print(f"{out['family']} {out['tau2_note']}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"evolved harness: {out['harness_id']}  (run {out['run_id']})")
     if out.get("context_note"):
         console.print(f"[dim]note: {escape(out['context_note'])}[/dim]")  # its [cut: ...] lines are text
@@ -222,6 +224,9 @@ def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
         t.add_row(r["family"], r["model"], f"{r['baseline']:.1%}", f"{r['evolved']:.1%}", f"{r['gain'] * 100:+.1f} pts",
                   usage or "-")
     console.print(t)
+    for r in rows:
+        if r.get("tau2_note"):
+            console.print(f"{r['family']} {r['model']}: {r['tau2_note']}", markup=False, highlight=False, soft_wrap=True)
     if any(r["model"].startswith("synthetic/") for r in rows):
         testbed_notice()
 

@@ -411,9 +411,19 @@ def reference_result(fam: str, instances: list[TaskInstance], split: str) -> dic
     from tasks import get_family
 
     family = get_family(fam)
-    passed = sum(family.reference_solve(i)[0].passed for i in instances)
-    return {"family": fam, "model": "reference", "split": split, "n": len(instances), "passed": passed,
-            "pass_rate": round(passed / len(instances), 4), "errors": {}, "run_id": None}
+    outcomes = [family.reference_solve(i)[0] for i in instances]
+    passed = sum(o.passed for o in outcomes)
+    out = {"family": fam, "model": "reference", "split": split, "n": len(instances), "passed": passed,
+           "pass_rate": round(passed / len(instances), 4), "errors": {}, "run_id": None}
+    from harness_store.values import Trajectory
+
+    trajs = [Trajectory(i, "reference", "reference", 0, (), (), o) for i, o in zip(instances, outcomes)]
+    if (block := tau2_block(fam, trajs, split, 1)) is not None:  # the gold actions replayed: never tau2's number
+        why = "the reference solver replays tau2's gold actions: a check of the tasks, not an agent"
+        block["comparable"], block["not_comparable"] = False, [why, *block["not_comparable"]]
+        block["note"] = "not comparable with tau2's leaderboard: " + "; ".join(block["not_comparable"])
+        out["tau2"] = block
+    return out
 
 
 def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
@@ -647,6 +657,10 @@ def run_evolve(
             store, pool, run_id, config.family, config.model, result.baseline_id, result.harness_id,
             repeats=config.val_seeds, seed=config.seed,
         )
+        if "tau2" in out["test"]:  # the val numbers too: a tau2 family's val split is not tau2's leaderboard set
+            from agents.tau2_report import verdict
+
+            out["tau2_note"] = verdict(list(out["test"]["tau2"].values()))
         if config.model.startswith("synthetic/"):
             out["notice"] = TESTBED_NOTICE
         store.finish_run(run_id, "done", out)
@@ -672,14 +686,17 @@ def held_out_comparison(
 
     instances = get_family(family).generate("test")
     rates = {}
+    tau2 = {}
     for label, hid in (("baseline", baseline_id), ("evolved", evolved_id)):
         h = store.get_harness(hid)
         jobs = [RolloutJob(i, h, model, seed + r) for r in range(repeats) for i in instances]
         trajs = pool.run(jobs)
         store.put_trajectories(run_id, trajs, batch=f"test-{label}")
         rates[label] = pass_rate(trajs)
+        if (block := tau2_block(family, trajs, "test", repeats)) is not None:
+            tau2[label] = block
     gain, ci = paired_difference(rates["baseline"], rates["evolved"])
-    return {
+    return {**({"tau2": tau2} if tau2 else {}),
         "split": "test",
         "instances": len(instances),
         "repeats": repeats,
@@ -724,6 +741,7 @@ def run_transfer(
 ) -> list[dict[str, Any]]:
     """Weak vs expert under baseline vs evolved harness, one row per (family, model), plus edit usage."""
     from agents.report import summarise
+    from agents.tau2_report import verdict
     from harness_store.store import HarnessStore
     from services.pool import RolloutJob, RolloutPool
     from tasks import get_family
@@ -751,16 +769,20 @@ def run_transfer(
             evolved_trajs = {}
             for m in models:
                 res = {}
+                blocks: dict[str, Any] = {}
                 for label, h in (("baseline", baseline), ("evolved", evolved)):
                     trajs = pool.run([RolloutJob(i, h, m, seed) for i in insts], progress=progress,
                                      description=f"{fam} {m} {label}")
                     store.put_trajectories(run_id, trajs, batch=f"{fam}-{m}-{label}")
                     res[label] = summarise(trajs, split=split, seed=seed).pass_rate
+                    blocks[label] = tau2_block(fam, trajs, split, 1)
                     if label == "evolved":
                         evolved_trajs[m] = trajs
                 rows.append({"family": fam, "model": m, "baseline": round(res["baseline"], 4),
                              "evolved": round(res["evolved"], 4), "gain": round(res["evolved"] - res["baseline"], 4),
                              "harness_id": evolved.id})
+                if (note := verdict(list(blocks.values()))) is not None:
+                    rows[-1]["tau2_note"] = note
             usage = usage_report(store, pool, evolved.id, fam, models, split, n, seed, trajectories=evolved_trajs)
             for r in rows:
                 if r["family"] == fam:

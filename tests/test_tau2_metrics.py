@@ -319,3 +319,52 @@ def test_eval_split_base_on_the_command_line(tmp_path: Path, monkeypatch: Any) -
 
     (split_opt,) = [p for p in typer.main.get_command(app).commands["eval"].params if p.name == "split"]
     assert "base: tau2's leaderboard set (tau2 families only)" in split_opt.help
+
+
+# ------------------------------------------------------------------------------------ other reports
+def test_evolves_held_out_test_and_transfer_rows_say_why_not_comparable(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    from cluster import jobs
+    from cluster.display import transfer_table
+    from harness_store.store import HarnessStore
+    from tasks import get_family
+
+    fam = get_family("tau2-retail")
+    generate = fam.generate
+    monkeypatch.setattr(fam, "generate", lambda split, n=None, seed=0, **kw: generate(split, 2, seed))
+    store = HarnessStore(tmp_path / "s", create=True)
+    h = fam.baseline_harness()
+    store.put_harness(h, rationale="")
+    run_id = store.create_run("evolve", {})
+    test = jobs.held_out_comparison(store, ScriptedPool(gold_but()), run_id, "tau2-retail", MODEL, h.id, h.id,
+                                    repeats=1, seed=0)
+    assert set(test["tau2"]) == {"baseline", "evolved"}
+    assert test["tau2"]["evolved"]["not_comparable"][1] == "the test split is not tau2's leaderboard set (base)"
+    from agents.tau2_report import verdict
+    from cluster.display import evolve_summary
+
+    out = {"family": "tau2-retail", "model": MODEL, "baseline_val": 0.5, "evolved_val": 0.6, "iterations": 1,
+           "rollouts_used": 4, "stop_reason": "budget", "edits": [], "harness_id": h.id, "run_id": run_id,
+           "tau2_note": verdict(list(test["tau2"].values()))}
+    capsys.readouterr()
+    evolve_summary(out)
+    assert f"tau2-retail {out['tau2_note']}" in capsys.readouterr().out.splitlines()
+    assert out["tau2_note"].startswith("not comparable with tau2's leaderboard: the scripted customer")
+
+    monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
+    monkeypatch.setattr("services.pool.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
+    rows = jobs.run_transfer(tmp_path / "s", ["tau2-retail"], h.id, [MODEL], "test", 2, 0, None, 1, progress=False)
+    note = rows[0]["tau2_note"]
+    assert note.startswith("not comparable with tau2's leaderboard: the scripted customer") and "test split" in note
+    capsys.readouterr()
+    transfer_table(rows)
+    assert f"tau2-retail {MODEL}: {note}" in capsys.readouterr().out.splitlines()
+
+
+def test_the_reference_rows_tau2_block_says_it_is_not_an_agent() -> None:
+    from cluster.jobs import reference_result
+    from tasks import get_family
+
+    row = reference_result("tau2-retail", get_family("tau2-retail").generate("base", 2), "base")
+    assert row["passed"] == 2 and row["tau2"]["avg_reward"] == 1.0 and row["tau2"]["comparable"] is False
+    assert row["tau2"]["not_comparable"][0].startswith("the reference solver replays tau2's gold actions")
+    assert "tau2" not in reference_result("iot", get_family("iot").generate("val", 2), "val")
