@@ -80,6 +80,8 @@ class PassRate:
 
 def cap_note(cap: int) -> str:
     """The line a report prints when pass^k stops below the eval's repeats."""
+    if cap < 1:
+        return "no pass^k: no instance has a scored run"
     return f"pass^k capped at {cap}: an instance has only {cap} scored runs"
 
 

