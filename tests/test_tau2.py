@@ -330,16 +330,18 @@ def test_scripted_user_is_deterministic_and_speaks_in_first_person() -> None:
     assert first_person("If the agent asks you, say yes.") == "If the agent asks me, say yes."
     sc = Scenario("You want to return a lamp. You also want a refund. If the agent refuses, insist.",
                   "You are Ada Li.\nYour zip code is 10001.", "You do not remember your email.", "Be brief.")
-    a, b = ScriptedUser(sc), ScriptedUser(sc)
-    script = ["Could you give me your name and zip code?", "Anything else?", "Shall I proceed (yes/no)?",
+    a, b = ScriptedUser(sc, 5), ScriptedUser(sc, 5)
+    script = ["Could you give me your name and zip code?", "Anything else?", "Shall I proceed with the return (yes/no)?",
               "Done.", "Is there anything else?"]
+    assert a.opening() == b.opening() and a.opening().endswith("I want to return a lamp.")
     replies = [a.reply(m) for m in script]
     assert replies == [b.reply(m) for m in script]
-    assert replies[0] == "I am Ada Li. My zip code is 10001. I do not remember my email."
+    assert "Ada Li" in replies[0] and "10001" in replies[0] and "email" not in replies[0]
     assert replies[1] == "I also want a refund."
-    assert replies[2] == "Yes, please go ahead."
-    assert STOP in replies[3] and STOP in replies[4]
-    assert ScriptedUser(sc).reply("The transfer is done.", transferred=True) == "###TRANSFER###"
+    assert replies[2].startswith("Yes")
+    assert STOP not in replies[3] and STOP in replies[4]
+    assert not any("insist" in r.lower() or "agent" in r.lower() for r in [a.opening(), *replies])
+    assert ScriptedUser(sc, 0).reply("The transfer is done.", transferred=True) == "###TRANSFER###"
 
 
 def test_importing_tau2_leaves_litellm_settings_alone() -> None:
@@ -447,12 +449,19 @@ def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) 
     }
     assert len(traj.turns) == len(fixture["agent"])
     assert traj.ground_truth["gold_actions"][-1]["name"] == "modify_pending_order_payment"
-    # the customer was tau2's user simulator: its system prompt holds tau2's guidelines and the scenario,
-    # and it saw the opening message as its own words
+    # the customer was tau2's user simulator: its system prompt holds tau2's guidelines and the scenario;
+    # it wrote the opening itself, answering tau2's greeting (its first call sees nothing else), and the
+    # rollout's seed (0) is in every call's litellm arguments, as tau2's orchestrator sets it
+    from tasks.tau2.users import GREETING
+
     first = user_calls[0]["messages"]
     assert first[0]["role"] == "system" and "<scenario>" in first[0]["content"] and "isabella" in first[0]["content"].lower()
-    assert {"role": "assistant", "content": envs[-1].opening} in [{"role": m["role"], "content": m["content"]} for m in first]
-    assert user_calls[0]["kw"].get("temperature") == 0.0
+    assert [{"role": m["role"], "content": m["content"]} for m in first[1:]] == [{"role": "user", "content": GREETING}]
+    assert envs[-1].opening == fixture["user"][0]["response"]["choices"][0]["message"]["content"]
+    assert envs[-1].messages[1].content == envs[-1].opening and envs[-1].messages[1].usage is not None
+    second = [{"role": m["role"], "content": m["content"]} for m in user_calls[1]["messages"]]
+    assert second[1:3] == [{"role": "user", "content": GREETING}, {"role": "assistant", "content": envs[-1].opening}]
+    assert all(c["kw"].get("temperature") == 0.0 and c["kw"].get("seed") == 0 for c in user_calls)
     # and tau2's own evaluator scores the conversation the same way
     env = envs[-1]
     reward = t.evaluator.evaluate_simulation(

@@ -26,7 +26,6 @@ conversation opens (`open_conversation`), with the rollout's seed, and speaks fi
 from __future__ import annotations
 
 import copy
-import inspect
 import itertools
 import re
 from typing import Any
@@ -124,9 +123,16 @@ class Tau2Env(TaskEnv):
         else:
             self.user = _scripted_user(sc, seed)
         _log_user_once(self.user, model)
-        self.opening = _opening(self.user, sc)
         M = self.t.message
-        self.messages = [M.AssistantMessage(role="assistant", content=GREETING), M.UserMessage(role="user", content=self.opening)]
+        self.messages = [M.AssistantMessage(role="assistant", content=GREETING)]
+        try:
+            self.opening = _opening(self.user, sc)
+        except RuntimeError as e:  # the LLM user could not be reached for its first message
+            self.user_error = str(e)
+            self._end(self.t.simulation.TerminationReason.USER_ERROR)
+            return ""
+        first = getattr(self.user, "first", None)  # the simulator's own UserMessage (cost, usage), if any
+        self.messages.append(first if first is not None else M.UserMessage(role="user", content=self.opening))
         self.steps = 1  # tau2: the greeting is set up, the user's first message is the first step
         if is_stop(self.opening):
             self._end(self.t.simulation.TerminationReason.USER_STOP)
@@ -330,32 +336,18 @@ class Tau2Env(TaskEnv):
 
 
 def _scripted_user(sc: Any, seed: int) -> ScriptedUser:
-    params = inspect.signature(ScriptedUser).parameters
-    return ScriptedUser(sc, seed=seed) if "seed" in params else ScriptedUser(sc)
+    """The offline customer: the scenario only (never the task's evaluation criteria) and the rollout's seed."""
+    return ScriptedUser(sc, seed)
 
 
 def _simulated_user(task: Any, sc: Any, model: str, args: dict[str, Any], seed: int) -> SimulatedUser:
-    """tau2's LLM user with the rollout's seed in its litellm arguments."""
-    params = inspect.signature(SimulatedUser).parameters
-    kw: dict[str, Any] = {"model": model, "llm_args": dict(args)}
-    if "seed" in params:
-        kw["seed"] = seed
-    else:
-        kw["llm_args"]["seed"] = seed
-    if "opening" in params:  # a user that cannot open the conversation itself continues from the canned opening
-        from tasks.tau2.users import opening_message
-
-        kw["opening"] = opening_message(sc)
-    return SimulatedUser(task, **kw)
+    """tau2's LLM user with the rollout's seed in its litellm arguments (tau2's `BaseUser.set_seed`)."""
+    return SimulatedUser(task, model, dict(args), seed=seed)
 
 
-def _opening(user: Any, sc: Any) -> str:
-    opening = getattr(user, "opening", None)
-    if callable(opening):
-        return opening()
-    from tasks.tau2.users import opening_message
-
-    return opening_message(sc)
+def _opening(user: Any, sc: Any = None) -> str:
+    """The customer's first message, written by the customer itself (`user.opening()`)."""
+    return user.opening()
 
 
 def _log_user_once(user: Any, model: str | None) -> None:
