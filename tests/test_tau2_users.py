@@ -102,7 +102,7 @@ def test_the_opening_says_what_the_customer_wants() -> None:
         opening = ScriptedUser(sc, 0).opening()
         assert opening and len(opening) < 400, (domain, tid)
         assert ScriptedUser(sc, 0).opening() == opening
-    sc = dict((f"{d}/{t}", s) for d, t, s in all_scenarios())
+    sc = {f"{d}/{t}": s for d, t, s in all_scenarios()}
     assert ScriptedUser(sc["airline/0"], 0).opening().endswith("I want to cancel reservation EHGLP3.")
     # airline val/2 (tau2 task 4): the hidden intent is not said, the want is
     opening = ScriptedUser(sc["airline/4"], 0).opening()

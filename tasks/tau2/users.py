@@ -293,8 +293,8 @@ _YES = ("Yes, please go ahead.", "Yes, that's right, please do it.", "Yes, pleas
 _DECLINE = ("No, that's not what I asked for.", "No, please don't do that.", "No, I'd rather not do that.")
 _ACK = ("Okay, thank you.", "Alright.", "Okay.")
 _DONE = ("No, that's all. Thank you! {stop}", "That's everything, thanks! {stop}", "No, I'm all set. Thank you! {stop}")
-_STOPWORDS = set(
-    "the a an and or to of in on for with from at by my your you i is are was were be it that this what which "
+_STOPWORDS = set(  # a word list, kept readable
+    "the a an and or to of in on for with from at by my your you i is are was were be it that this what which "  # noqa: SIM905
     "would could can will have has had do does please just also about there their them they than then some any "
     "want need like know".split()
 )
@@ -442,7 +442,7 @@ class ScriptedUser:
 _IDENTITY_KINDS = ("user_id", "name", "email", "zip")
 _OBJECTS = {"address", "payment", "bag", "insurance"}  # nouns: a confirmation names an action besides them
 _COMMON = _STOPWORDS | set(
-    "flight flights reservation reservations order orders item items help today upcoming sure okay thanks thank "
+    "flight flights reservation reservations order orders item items help today upcoming sure okay thanks thank "  # noqa: SIM905
     "details information provide confirm check look moment please".split()
 )
 
