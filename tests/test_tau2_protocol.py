@@ -257,8 +257,18 @@ def test_the_limits_are_taus_defaults() -> None:
     assert (MAX_STEPS, MAX_ERRORS) == (config.DEFAULT_MAX_STEPS, config.DEFAULT_MAX_ERRORS)
 
 
-@pytest.mark.parametrize("domain", ["airline", "retail"])
-def test_every_task_gets_the_same_reward_through_the_executor_and_taus_orchestrator(domain: str) -> None:
+SAMPLE_STRIDE = 8  # make test: every 8th task of tasks.json (7 airline, 15 retail); make test-slow: all 164
+
+
+@pytest.mark.parametrize(
+    ("domain", "stride"),
+    [("airline", SAMPLE_STRIDE), ("retail", SAMPLE_STRIDE),
+     pytest.param("airline", 1, marks=pytest.mark.slow), pytest.param("retail", 1, marks=pytest.mark.slow)],
+    ids=["airline-sample", "retail-sample", "airline-every-task", "retail-every-task"],
+)
+def test_tasks_get_the_same_reward_through_the_executor_and_taus_orchestrator(domain: str, stride: int) -> None:
+    """The same scripted agent and customer through the project's executor and through tau2's own
+    Orchestrator get the same reward, on every task (slow: ~3.5 min) or a fixed sample of them."""
     from tasks import get_family
     from tasks.tau2 import data
 
@@ -266,16 +276,23 @@ def test_every_task_gets_the_same_reward_through_the_executor_and_taus_orchestra
     ids = data.splits(domain)
     where = {tid: (split, i) for split in ("train", "val", "test") for i, tid in enumerate(ids[split])}
     rewards = []
-    for n, task_id in enumerate(data.raw_tasks(domain)):
+    tasks = list(data.raw_tasks(domain))
+    for n, task_id in enumerate(tasks):
+        if n % stride:
+            continue
         split, i = where[task_id]
         inst = fam.instance_at(split, i)
         raw = fam.world(0, inst.params)
         steps = script(raw, mixed=n % 2 == 1)
+        calls = [k for k, (_, call) in enumerate(steps) if call]
+        if n % 3 == 2 and calls:  # a third of the scripts leave out their last gold call: both sides must fail them alike
+            del steps[calls[-1]]
         traj, env = run_executor(inst, ScriptClient(steps))
         ours = traj.outcome.detail["tau2"]["reward"]
         theirs = tau2_side(domain, task_id, steps, 0)
         assert ours == theirs == tau2_reward(env), (inst.id, ours, theirs, traj.outcome.detail["tau2"]["termination"])
         assert traj.passed == (ours == 1.0)
         rewards.append(ours)
-    assert len(rewards) == len(data.raw_tasks(domain))
+    assert len(rewards) == len(range(0, len(tasks), stride))
+    assert 0 < sum(r == 1.0 for r in rewards) < len(rewards)  # the scripts pass some tasks and fail others
     print(domain, "tasks", len(rewards), "reward 1:", sum(r == 1.0 for r in rewards))
