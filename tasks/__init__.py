@@ -1,7 +1,7 @@
 """The enterprise task families. `get_family(name)` returns a (cached) family instance.
 
 `family_names()` lists the seven testbed families this project wrote (tests and `--family all` use it);
-`external_family_names()` lists external benchmarks wrapped as families (tau2-bench airline and retail),
+`external_family_names()` lists external benchmarks wrapped as families (tau2-bench airline, retail and telecom),
 present only when their package is installed (`pip install -e '.[tau2]'`). `get_family` serves both."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FAMILY_CLASSES: dict[str, str] = {
 EXTERNAL_FAMILY_CLASSES: dict[str, str] = {
     "tau2-airline": "tasks.tau2:Tau2AirlineFamily",
     "tau2-retail": "tasks.tau2:Tau2RetailFamily",
+    "tau2-telecom": "tasks.tau2.telecom:Tau2TelecomFamily",
 }
 
 

@@ -7,6 +7,8 @@ of the database check (the conversation's tool calls replayed by `Environment.se
 database, hashed, and compared with the hash after tau2's gold actions), the environment assertions,
 the communicate check (`CommunicateEvaluator`) and, where the basis names it, the action check
 (`ActionEvaluator`). `tests/test_tau2.py` checks that it agrees with `evaluate_simulation` itself.
+A task's initial state (telecom's: `initialization_data`, `initialization_actions`) is applied to both
+databases first, as tau2's `EnvironmentEvaluator` does; the hashes cover the user's database too.
 
 `passed` is tau2's reward == 1, exactly, and the score is the reward; a conversation that ended any other
 way than by the user or the agent (tau2's step limit, its error limit, a user that could not be reached)
@@ -73,18 +75,29 @@ class GoldState:
     delta: dict[tuple[str, str], Any]
 
 
+def initial_state(task: Any) -> tuple[Any, Any, list[Any]]:
+    """The task's (initialization_data, initialization_actions, message_history), as tau2's evaluator reads
+    them (None, None, [] for a task without an initial state: airline, retail)."""
+    init = task.initial_state
+    if init is None:
+        return None, None, []
+    return init.initialization_data, init.initialization_actions, list(init.message_history or [])
+
+
 @cache
 def gold_state(domain: str, task_id: str) -> GoldState:
-    """The database after tau2's gold actions (tau2 replays them and goes on past a failing one)."""
+    """The database after tau2's gold actions (tau2's `EnvironmentEvaluator`: the initial state, then the
+    gold actions, going on past a failing one, with no `sync_tools` after them)."""
     task = task_model(domain, task_id)
     gold = new_environment(domain)
+    data, actions, history = initial_state(task)
     with paused_gc():
+        gold.set_state(initialization_data=data, initialization_actions=actions, message_history=history)
         for action in task.evaluation_criteria.actions or []:
             try:
                 gold.make_tool_call(tool_name=action.name, requestor=action.requestor, **copy.deepcopy(action.arguments))
             except Exception:  # noqa: BLE001, S110 — as tau2's EnvironmentEvaluator: a failing gold action is skipped
                 pass
-        gold.sync_tools()
         return GoldState(gold.get_db_hash(), gold.get_user_db_hash(), _delta(domain, gold.tools.db))
 
 
@@ -158,12 +171,14 @@ def _database(env: Any) -> tuple[bool, Requirement, list[Requirement]]:
     task, domain = env.task, env.domain
     crit = task.evaluation_criteria
     predicted = new_environment(domain)
+    data, actions, _ = initial_state(task)
     try:
         with paused_gc():
-            predicted.set_state(initialization_data=None, initialization_actions=None, message_history=list(env.messages))
+            predicted.set_state(initialization_data=data, initialization_actions=actions, message_history=list(env.messages))
     except ValueError as e:
         msg = f"the conversation's tool calls do not replay to the same results: {str(e).splitlines()[0]}"
-        return False, Requirement("database_matches_gold", False, msg), []
+        unchecked = [Requirement(f"env_assertion_{i}", False, "not checked: " + msg) for i, _ in enumerate(crit.env_assertions or [])]
+        return False, Requirement("database_matches_gold", False, msg), unchecked
     assertion_reqs = []
     for i, a in enumerate(crit.env_assertions or []):
         ok = predicted.run_env_assertion(a, raise_assertion_error=False)
