@@ -36,7 +36,15 @@ on it, not real models.
 `--loop-variants stop,continue` runs the loop once per `on_plateau` setting beside GEPA in the same
 invocation (the same seeds, budget, val, train and test instances and the same proposer), as the
 optimisers `coevolve` (stop, the default) and `coevolve-continue`, and prints each against GEPA and
-continue / stop: a before/after of the loop change measured on one bench run.
+continue / stop: a before/after of the loop change measured on one bench run. The variants
+`stop+screen` and `continue+screen` run the loop with its screen on (`EvolveConfig.screen` = GEPA's
+`--minibatch`, 3 by default: a candidate reaches the paired val comparison only if it passes one of the
+first 3 train failures it was proposed from, GEPA's minibatch gate in the loop's terms), as
+`coevolve-stop+screen` and `coevolve-continue+screen`; every variant is printed against GEPA and
+against plain `coevolve` (stop):
+
+    .venv/bin/python bench/vs_gepa.py --families all --seeds 2 --budget 80 --val-n 6 --val-seeds 2 \
+        --train-batch 8 --loop-variants stop,continue,stop+screen,continue+screen --out bench-out/vs-gepa-screen
 """
 
 from __future__ import annotations
@@ -313,7 +321,7 @@ class Config:
     use_merge: bool = True
     plateau: int = 3
     on_plateau: str = "stop"  # the loop's setting for run_coevolve; compare() runs every one of loop_variants
-    loop_variants: tuple[str, ...] = ("stop",)
+    loop_variants: tuple[str, ...] = ("stop",)  # of LOOP_VARIANTS: on_plateau, "+screen" for the screen at `minibatch`
     test_n: int = 20
     test_repeats: int = 2
 
@@ -347,7 +355,9 @@ def _services(cfg: Config):
     return evaluator, TextOnlyProposer(proposer)
 
 
-def run_coevolve(cfg: Config, evaluator: Any, proposer: TextOnlyProposer, root: Path) -> tuple[Run, dict[str, Harness]]:
+def run_coevolve(cfg: Config, evaluator: Any, proposer: TextOnlyProposer, root: Path,
+                 screen: int = 0) -> tuple[Run, dict[str, Harness]]:
+    """The loop at `cfg.on_plateau`, with its screen at `screen` train failures (0: off)."""
     from agents.meta import Budget, EvolveConfig, HarnessEvolution
     from harness_store.store import HarnessStore
 
@@ -356,7 +366,7 @@ def run_coevolve(cfg: Config, evaluator: Any, proposer: TextOnlyProposer, root: 
     config = EvolveConfig(
         family=cfg.family, model=cfg.model, proposer=cfg.proposer, seed=cfg.seed, train_batch=cfg.train_batch,
         val_n=cfg.val_n, val_seeds=cfg.val_seeds, candidates=cfg.candidates, evidence_failures=cfg.evidence_failures,
-        plateau=cfg.plateau, on_plateau=cfg.on_plateau, budget=Budget(iterations=10_000, rollouts=cfg.budget + 10**9, seconds=10**9, usd=10**9),
+        plateau=cfg.plateau, on_plateau=cfg.on_plateau, screen=screen, budget=Budget(iterations=10_000, rollouts=cfg.budget + 10**9, seconds=10**9, usd=10**9),
     )
     store = HarnessStore(root / f"coevolve-{cfg.family}-{cfg.seed}")
     run_id = store.create_run("evolve", config.to_json())
@@ -372,19 +382,39 @@ def run_coevolve(cfg: Config, evaluator: Any, proposer: TextOnlyProposer, root: 
         parent = a["harness_id"]
     stats = {"iterations": r.iterations, "accepted": len(r.accepted), "rejected": r.rejected, "invalid": r.invalid,
              "held_out": proposer.held_out - held_before, "plateaus": r.plateaus}
-    return Run(loop_name(cfg.on_plateau), meter.used, r.rollouts_used, dict(meter.by_split), meter.cut, r.stop_reason, timeline,
+    if screen:  # what the screen did (only for the screened variants: the other cells stay as they were)
+        outcomes = [e.payload["outcome"] for e in store.events(run_id, "decision")]
+        stats |= {"screen": screen, "screened_out": outcomes.count("screened out"),
+                  "reached_val": len(outcomes) - outcomes.count("screened out"),
+                  "screen_rollouts": sum(n for name, _, n in store.trajectory_batches(run_id) if "-screen-" in name)}
+    return Run(loop_name(cfg.on_plateau, bool(screen)), meter.used, r.rollouts_used, dict(meter.by_split), meter.cut, r.stop_reason, timeline,
                accepted, stats), harnesses
 
 
-def loop_name(on_plateau: str) -> str:
-    """The loop's optimiser name in cells and tables: `coevolve` for the default (stop), as before."""
-    return "coevolve" if on_plateau == "stop" else f"coevolve-{on_plateau}"
+LOOP_VARIANTS = ("stop", "continue", "stop+screen", "continue+screen")
+
+
+def loop_variant(name: str) -> tuple[str, bool]:
+    """A `--loop-variants` name as (on_plateau, screen on)."""
+    if name not in LOOP_VARIANTS:
+        raise ValueError(f"unknown loop variant {name!r} (variants: {', '.join(LOOP_VARIANTS)})")
+    on_plateau, _, screen = name.partition("+")
+    return on_plateau, bool(screen)
+
+
+def loop_name(on_plateau: str, screen: bool = False) -> str:
+    """The loop's optimiser name in cells and tables: `coevolve` for the default (stop, no screen), as
+    before; `coevolve-continue`, `coevolve-stop+screen`, `coevolve-continue+screen`."""
+    if on_plateau == "stop" and not screen:
+        return "coevolve"
+    return f"coevolve-{on_plateau}{'+screen' if screen else ''}"
 
 
 def optimisers(cells: list[dict[str, Any]]) -> list[str]:
-    """The optimisers the cells hold: the loop's variants (stop first), then GEPA."""
+    """The optimisers the cells hold: the loop's variants (in LOOP_VARIANTS order, stop first), then GEPA."""
     names = [k for k in cells[0] if k == "coevolve" or k.startswith("coevolve-")]
-    return sorted(names, key=lambda n: (n != "coevolve", n)) + ["gepa"]
+    order = [loop_name(*loop_variant(v)) for v in LOOP_VARIANTS]
+    return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n)) + ["gepa"]
 
 
 def run_gepa(cfg: Config, evaluator: Any, proposer: TextOnlyProposer) -> tuple[Run, dict[str, Harness]]:
@@ -530,8 +560,11 @@ def compare(cfg: Config, workdir: Path | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         evaluator, proposer = _services(cfg)
-        loops = [run_coevolve(dataclasses.replace(cfg, on_plateau=v), evaluator, proposer, root)
-                 for v in cfg.loop_variants]
+        loops = []
+        for v in cfg.loop_variants:
+            on_plateau, screened = loop_variant(v)
+            loops.append(run_coevolve(dataclasses.replace(cfg, on_plateau=on_plateau), evaluator, proposer, root,
+                                      screen=cfg.minibatch if screened else 0))
         ge, ge_h = run_gepa(cfg, evaluator, proposer)
         t_runs = time.monotonic() - t0
         test = TestSplit(cfg, evaluator)  # one test split: every optimiser measured on the same pairs
@@ -585,11 +618,16 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "retest_not_positive": sum(sum(t["gain"] <= 0 for t in r["retests"]) for r in rs),
                 "rollouts_used": sum(r["rollouts_used"] for r in rs) / len(rs),
             }
-        pairs = [(opt, "gepa") for opt in opts[:-1]] + [(opt, "coevolve") for opt in opts[1:-1]]
-        row["ratio_pairs"] = {f"{a} / {b}": _ratios(row[a], row[b]) for a, b in pairs}
-        row["ratios"] = row["ratio_pairs"]["coevolve / gepa"]  # the first comparison, as before the variants
+        row["ratio_pairs"] = {f"{a} / {b}": _ratios(row[a], row[b]) for a, b in _pairs(opts)}
+        row["ratios"] = next(iter(row["ratio_pairs"].values()))  # coevolve / gepa, as before the variants
         rows.append(row)
     return rows
+
+
+def _pairs(opts: list[str]) -> list[tuple[str, str]]:
+    """Every loop variant against GEPA, then every other variant against plain `coevolve` (stop)."""
+    loops = opts[:-1]
+    return [(opt, "gepa") for opt in loops] + [(opt, "coevolve") for opt in loops if "coevolve" in loops and opt != "coevolve"]
 
 
 def _ratios(c: dict[str, Any], g: dict[str, Any]) -> dict[str, str]:
@@ -614,10 +652,8 @@ def pooled(cells: list[dict[str, Any]]) -> dict[str, Any]:
                     "accepted": sum(r["accepted"] for r in rs), "false_accepts": sum(r["false_accepts"] for r in rs),
                     "rollouts_used": sum(r["rollouts_used"] for r in rs) / len(rs),
                     "stops": dict(Counter(r["stop"] for r in rs))}
-    opts = optimisers(cells)
-    pairs = [(opt, "gepa") for opt in opts[:-1]] + [(opt, "coevolve") for opt in opts[1:-1]]
     out["ratios"] = {f"{a} / {b}": {k: ratio(out[a][k], out[b][k]) for k in ("final_gain", "auc_test_gain")}
-                     for a, b in pairs}
+                     for a, b in _pairs(optimisers(cells))}
     return out
 
 
@@ -641,6 +677,8 @@ def mechanics(cells: list[dict[str, Any]]) -> dict[str, Any]:
         opt: {k: total(opt, k) for k in ("iterations", "accepted", "rejected", "invalid", "held_out", "plateaus")}
         | {"stops": dict(Counter(c[opt]["stop"] for c in cells)),
            "train_rollouts": split(opt, "train"), "val_rollouts": split(opt, "val")}
+        | ({k: total(opt, k) for k in ("screened_out", "reached_val", "screen_rollouts")}
+           if any("screen" in c[opt]["stats"] for c in cells) else {})
         for opt in optimisers(cells)[:-1]
     }
 
@@ -673,7 +711,8 @@ def _to90(s: dict[str, Any]) -> str:
     return f"{s['rollouts_to_90pct_val'][0]:.0f} ({s['runs_with_val_gain']} runs with a gain)"
 
 
-COLOURS = {"coevolve": "tab:blue", "gepa": "tab:orange", "coevolve-continue": "tab:green"}
+COLOURS = {"coevolve": "tab:blue", "gepa": "tab:orange", "coevolve-continue": "tab:green",
+           "coevolve-stop+screen": "tab:red", "coevolve-continue+screen": "tab:purple"}
 
 
 def plot(cells: list[dict[str, Any]], budget: int, path: Path) -> Path:
@@ -726,7 +765,8 @@ def _svg(series: dict[str, dict[str, list[float]]], xs: list[int], path: Path) -
         ox = k * w
         parts.append(f'<text x="{ox + w / 2}" y="15" text-anchor="middle" font-size="12">{fam}</text>')
         for opt in opts:
-            colour = {"coevolve": "#1f77b4", "gepa": "#ff7f0e"}.get(opt, "#2ca02c")
+            colour = {"coevolve": "#1f77b4", "gepa": "#ff7f0e", "coevolve-continue": "#2ca02c",
+                      "coevolve-stop+screen": "#d62728", "coevolve-continue+screen": "#9467bd"}.get(opt, "#7f7f7f")
             pts = " ".join(f"{ox + pad + (w - 2 * pad) * x / xs[-1]:.1f},{h - pad - (h - 2 * pad) * y:.1f}"
                            for x, y in zip(xs, opts[opt]))
             parts.append(f'<polyline fill="none" stroke="{colour}" points="{pts}"/>')
@@ -750,7 +790,8 @@ def main() -> None:
     ap.add_argument("--test-repeats", type=int, default=2)
     ap.add_argument("--no-merge", action="store_true")
     ap.add_argument("--loop-variants", default="stop",
-                    help="the loop's on_plateau settings to run beside GEPA, comma-separated (e.g. stop,continue)")
+                    help=f"the loop's variants to run beside GEPA, comma-separated, of {', '.join(LOOP_VARIANTS)} "
+                         "(on_plateau; +screen: the loop's screen at --minibatch train failures)")
     ap.add_argument("--proposer", default="synthetic/meta")
     ap.add_argument("--jobs", type=int, default=1, help="(family, seed) cells run in this many processes")
     ap.add_argument("--out", default="bench-out/vs-gepa")
@@ -760,11 +801,11 @@ def main() -> None:
     unknown = [f for f in fams if f not in family_names()]
     if unknown:
         ap.error(f"unknown families: {', '.join(unknown)} (families: {', '.join(family_names())})")
-    from agents.meta.loop import ON_PLATEAU
-
     variants = tuple(dict.fromkeys(v.strip() for v in args.loop_variants.split(",") if v.strip()))
-    if not variants or any(v not in ON_PLATEAU for v in variants):
-        ap.error(f"--loop-variants takes {', '.join(ON_PLATEAU)}, comma-separated; got {args.loop_variants!r}")
+    if not variants or any(v not in LOOP_VARIANTS for v in variants):
+        ap.error(f"--loop-variants takes {', '.join(LOOP_VARIANTS)}, comma-separated; got {args.loop_variants!r}")
+    if any(loop_variant(v)[1] for v in variants) and not 1 <= args.minibatch <= 64:
+        ap.error(f"--minibatch (the screen's size) must be in 1..64, got {args.minibatch}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     configs = [

@@ -84,6 +84,7 @@ LogJsonOpt = Annotated[bool, typer.Option(
 )]
 DEFAULT_STORE = Path(".coevolve")
 MAX_CANDIDATES = 64  # edits proposed per iteration (each is evaluated against the current harness)
+MAX_SCREEN = 64  # evolve --screen: train failures each candidate runs before val
 
 
 @app.callback()
@@ -244,6 +245,7 @@ def evolve_cmd(
     alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
     plateau: Annotated[int, typer.Option("--plateau", help="N iterations without a gain make a plateau (see --on-plateau)")] = 3,
     on_plateau: Annotated[str, typer.Option("--on-plateau", help="at a plateau: stop, or continue with fresh train batches until a budget ends the run")] = "stop",
+    screen: Annotated[int, typer.Option("--screen", help=f"0..{MAX_SCREEN}: a candidate reaches val only if it passes one of the first N train failures it was proposed from (GEPA's minibatch gate; 0: off)")] = 0,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="evaluate candidates on all of val")] = False,
     val_seeds: Annotated[int, typer.Option("--val-seeds", help="seeds per val instance in paired comparisons")] = 2,
     no_handbook: Annotated[bool, typer.Option("--no-handbook", help="the proposer works without the handbook")] = False,
@@ -299,6 +301,8 @@ def evolve_cmd(
                                   ("--val-seeds", val_seeds, MAX_SIZE)):
             if value > most:
                 raise UsageError(f"{flag} must be at most {most:,}, got {value:,}")
+        if not 0 <= screen <= MAX_SCREEN:
+            raise UsageError(f"--screen must be in 0..{MAX_SCREEN} (0: off), got {screen}")
         from agents.meta.loop import ON_PLATEAU
 
         if on_plateau not in ON_PLATEAU:
@@ -309,7 +313,7 @@ def evolve_cmd(
         check_workers(workers, address)
         config = EvolveConfig(
             family=family, model=model, proposer=proposer, seed=seed, train_batch=train_batch, val_n=val_n,
-            candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, on_plateau=on_plateau, early_stop=not no_early_stop,
+            candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, on_plateau=on_plateau, screen=screen, early_stop=not no_early_stop,
             val_seeds=val_seeds, handbook=not no_handbook, budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
         )
     from cluster.display import EvolveProgress

@@ -4,6 +4,7 @@ ran passed through the meter — and GEPA's candidates decode back to the harnes
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -117,3 +118,30 @@ def test_a_stopped_run_keeps_the_cells_of_its_own_config_only(tmp_path):
     assert kept[1]["config"]["budget"] == 40  # the payroll cell of budget 41 is not this run's
     assert vg.finished_cells(path, [dataclasses.replace(a, loop_variants=("stop", "continue"))]) == []
     assert vg.finished_cells(tmp_path / "none.jsonl", [a]) == []
+
+
+def test_screen_variants_run_beside_gepa_and_leave_the_plain_loop_as_it_was(tmp_path):
+    """`--loop-variants stop,stop+screen`: the screened loop (screen = GEPA's minibatch) is its own
+    optimiser in the cell, on the same test split, printed against GEPA and plain coevolve; the plain
+    loop's cell is what a run without the screened variant gives (but for its seconds)."""
+    cfg = vg.Config(family="iot", seed=0, budget=60, val_n=3, val_seeds=2, train_batch=4, plateau=1, test_n=3,
+                    test_repeats=1, minibatch=2, loop_variants=("stop", "stop+screen"))
+    cell = vg.compare(cfg, workdir=tmp_path)
+    plain, screened = cell["coevolve"], cell["coevolve-stop+screen"]
+    s = screened["stats"]
+    assert s["screen"] == cfg.minibatch and "screen" not in plain["stats"]
+    assert s["screen_rollouts"] > 0 and s["screened_out"] + s["reached_val"] >= 1
+    assert s["rejected"] >= s["screened_out"]  # a screened-out candidate counts as rejected
+    assert screened["baseline_test"] == plain["baseline_test"] == cell["gepa"]["baseline_test"]
+    rows = vg.summarise([cell])
+    assert set(rows[0]["ratio_pairs"]) == {"coevolve / gepa", "coevolve-stop+screen / gepa", "coevolve-stop+screen / coevolve"}
+    assert "| iot | coevolve-stop+screen |" in vg.table(rows)
+    mech = vg.mechanics([cell])
+    assert mech["coevolve-stop+screen"]["screened_out"] == s["screened_out"] and "screened_out" not in mech["coevolve"]
+
+    alone = vg.compare(dataclasses.replace(cfg, loop_variants=("stop",)), workdir=tmp_path)
+    assert alone["coevolve"] == plain
+    assert [vg.loop_name(*vg.loop_variant(v)) for v in vg.LOOP_VARIANTS] == [
+        "coevolve", "coevolve-continue", "coevolve-stop+screen", "coevolve-continue+screen"]
+    with pytest.raises(ValueError, match="unknown loop variant"):
+        vg.loop_variant("screen")

@@ -19,6 +19,20 @@ the current harness failed can be wins. Before any rollout the loop journals a `
 logs it) when val_n x val_seeds pairs cannot reach m at all, and again after the starting harness's
 val evaluation when the pairs it failed are fewer than m: no edit can then be accepted from it.
 
+**The screen** (`screen` N > 0; 0, the default, is off and the loop is as before it existed). GEPA's
+minibatch gate, in the loop's terms: after the proposals, each valid candidate first runs the first N
+jobs of this iteration's train batch that the current harness failed (the failures the proposer's
+evidence came from, in batch order; same instance, same seed `seed + iteration`), and goes on to the
+paired val comparison only if it passes strictly more of them than the current harness did there —
+which failed them all, so: at least one pass. The screen's rollouts are counted and budget-checked like
+every other batch (one batch, `it<i>-screen`), and stored by key, so a resumed run replays them. A
+candidate that fails the screen is journalled as a `decision` with outcome `screened out` and its screen
+tally, and counts as rejected; when none survives, the iteration counts toward the plateau as one that
+accepted nothing. The family-wise rule's k is then the number of candidates that reach val: the screen
+uses train instances only, independent of the val pairs, so which candidates survive says nothing about
+their val outcomes, and the Holm/Bonferroni step at alpha / k over the survivors keeps its family-wise
+rate (an iteration of edits that change nothing accepts one with probability at most alpha).
+
 The k candidates of an iteration are accepted under a family-wise rule (`FamilyRule`: each at
 alpha / k, k the candidates actually compared), so that an iteration of edits that change nothing
 accepts one with probability at most alpha, not k x alpha; `family_wise=False` is the old
@@ -101,6 +115,7 @@ class EvolveConfig:
     handbook: bool = True  # the proposer may consult the family's handbook
     family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha, the old rule)
     on_plateau: str = "stop"  # after `plateau` iterations without an accept: "stop", or "continue" to the budget
+    screen: int = 0  # > 0: a candidate reaches val only if it passes one of the first N train failures (0: off)
     budget: Budget = Budget()
     # family parameters of the train and val instances (e.g. {"size": 0, "difficulty": 1}); {} = the
     # family's defaults, and then left out of `to_json`, so a config journalled before it existed reads
@@ -113,6 +128,8 @@ class EvolveConfig:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 < self.alpha < 1:
             raise ValueError("alpha must be in (0, 1)")
+        if self.screen < 0:
+            raise ValueError(f"screen must be >= 0 (0: off), got {self.screen}")
         if self.on_plateau not in ON_PLATEAU:
             raise ValueError(f"on_plateau must be one of {', '.join(ON_PLATEAU)}, got {self.on_plateau!r}")
         make_rule(self.rule, self.alpha)
@@ -123,6 +140,8 @@ class EvolveConfig:
             del out["params"]
         if self.on_plateau == "stop":  # the behaviour before the option: journalled as before it existed
             del out["on_plateau"]
+        if self.screen == 0:  # off, as before the option: journalled as before it existed
+            del out["screen"]
         return out
 
     @classmethod
@@ -339,10 +358,24 @@ class HarnessEvolution:
             else:
                 st.tried.append(p.candidate.id)
                 candidates.append(p)
-        family = FamilyRule(self.rule, max(1, len(candidates)), self.cfg.family_wise)
-        decisions = self._compare(current, candidates, it, family) if candidates else []
+        screened = self._screen(candidates, batch, trajs, it) if self.cfg.screen and candidates else None
+        survivors = [p for p, (_, passed) in zip(candidates, screened) if passed > 0] if screened else candidates
+        # k: the candidates that reach val (the screen saw train instances only; see the module docstring)
+        family = FamilyRule(self.rule, max(1, len(survivors)), self.cfg.family_wise)
+        if screened:
+            self._progress(it, "screen", screened_out=len(candidates) - len(survivors))
+        decisions = self._compare(current, survivors, it, family) if survivors else []
+        compared = dict(zip((p.candidate.id for p in survivors), decisions))
         winner = None
-        for p, (verdict, r) in zip(candidates, decisions):
+        for n, p in enumerate(candidates):
+            tally = {"screen": {"jobs": screened[n][0], "passed": screened[n][1], "current_passed": 0}} if screened else {}
+            if p.candidate.id not in compared:  # screened out: never compared on val
+                entry = {**edit_to_json(p.edit), "iteration": it, "base": current.id[:12], "outcome": "screened out", **tally}
+                st.history.append(entry)
+                self.journal.append_event(self.run_id, "decision", {**entry, "candidate": p.candidate.id})
+                st.rejected += 1
+                continue
+            verdict, r = compared[p.candidate.id]
             entry = {
                 **edit_to_json(p.edit),
                 "iteration": it,
@@ -352,6 +385,7 @@ class HarnessEvolution:
                 "losses": r.losses,
                 "evaluated": r.n,
                 "p_value": round(family.p_value(r), 4),
+                **tally,
             }
             st.history.append(entry)
             decision = {**entry, **family.as_json(), "candidate": p.candidate.id}  # with the threshold used
@@ -377,6 +411,20 @@ class HarnessEvolution:
         st.gain_curve.append((st.spend.rollouts, self._val_rate(p.candidate.id)))
         self.log.info("accepted edit", iteration=it, harness_id=p.candidate.id[:12], val_gain=round(gain, 3))
         self._progress(it, "accepted")
+
+    # ------------------------------------------------------------------ the screen
+    def _screen(
+        self, candidates: list[Proposal], batch: list[TaskInstance], trajs: list[Trajectory], it: int
+    ) -> list[tuple[int, int]]:
+        """(screen jobs, passed) per candidate: each runs the first `screen` train jobs of this iteration
+        that the current harness failed (the failures its evidence came from), at the train seed, in one
+        batch counted against the budget."""
+        failed = [inst for inst, t in zip(batch, trajs) if not t.passed and t.error != "infra"][: self.cfg.screen]
+        seed = self.cfg.seed + it
+        jobs = [(inst, p.candidate, seed) for p in candidates for inst in failed]
+        out = self._evaluate(jobs, f"it{it}-screen")
+        n = len(failed)
+        return [(n, sum(t.passed for t in out[c * n : (c + 1) * n])) for c in range(len(candidates))]
 
     # ------------------------------------------------------------------ paired comparison
     def _compare(
