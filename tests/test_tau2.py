@@ -68,11 +68,12 @@ def test_external_families_are_registered_apart_from_the_testbed() -> None:
     from tasks import external_family_names, family_names, get_family
 
     assert not any(n.startswith("tau2") for n in family_names())
-    assert external_family_names() == ["tau2-airline", "tau2-retail"]
+    assert external_family_names() == ["tau2-airline", "tau2-retail", "tau2-telecom"]
     assert get_family("tau2-airline").domain == "airline"
     assert get_family("tau2-retail").title.startswith("tau2-bench")
+    assert get_family("tau2-telecom").domain == "telecom"
     with pytest.raises(ValueError, match="unknown task family"):
-        get_family("tau2-telecom")
+        get_family("tau2-mock")
 
 
 def test_without_the_package_the_families_are_absent_with_a_clear_error(monkeypatch: Any) -> None:

@@ -410,7 +410,7 @@ def test_taus_llm_user_gets_the_user_tools_and_its_tool_calls_run_on_the_phone(f
     from tau2.data_model.message import AssistantMessage, ToolCall
     from tau2.user import user_simulator
 
-    from tasks.tau2.telecom import TelecomSimulatedUser
+    from tasks.tau2.users import SimulatedUser
 
     seen: list[Any] = []
 
@@ -425,7 +425,7 @@ def test_taus_llm_user_gets_the_user_tools_and_its_tool_calls_run_on_the_phone(f
     monkeypatch.setattr(user_simulator, "generate", fake_generate)
     monkeypatch.setenv("COEVOLVE_TAU2_USER_MODEL", "fake/model")
     env = fam.make_env(fam.instance("tau2-telecom/test/0"))
-    assert env.open_conversation(7) == "My phone shows no signal." and isinstance(env.user, TelecomSimulatedUser)
+    assert env.open_conversation(7) == "My phone shows no signal." and isinstance(env.user, SimulatedUser)
     reply, ended = env.say("What does your status bar show?")
     assert reply == "The status bar shows airplane mode." and not ended
     assert seen[0][0] == set(env.user_tool_names()) and seen[0][2] == 7

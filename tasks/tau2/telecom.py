@@ -19,7 +19,7 @@ Telecom differs from airline and retail in three ways, each handled here as tau2
   asks for them in plain text (`ask`) and the reference customer (`ReferenceUser`) performs them.
 
 The customer: tau2's LLM user simulator with tau2's user tools when `COEVOLVE_TAU2_USER_MODEL` names a
-model (`TelecomSimulatedUser`), else the offline `ScriptedUser` of the other domains, which has no device
+model (`SimulatedUser` with the user tools), else the offline `ScriptedUser` of the other domains, which has no device
 tools and so cannot fix the phone (an offline stand-in for plumbing, not a measure of an agent here). The
 policy is tau2's telecom policy (`data.policy("telecom")`: main policy and tech-support manual).
 """
@@ -39,20 +39,17 @@ from harness_store.values import Outcome, TaskInstance
 from tasks.base import Knowledge, PlanStep, TaskEnv, ToolResult
 from tasks.tau2 import Tau2Family
 from tasks.tau2.data import (
-    new_environment,
     paused_gc,
     raw_tasks,
     scenario,
-    task_model,
     tau2,
-    tool_specs,
     user_model,
 )
 from tasks.tau2.env import TRANSFER_TOOL, Tau2Env
 from tasks.tau2.plan import FIRST_MESSAGE, TRANSFER_MESSAGE
 from tasks.tau2.users import GREETING, STOP, TRANSFER, ScriptedUser, SimulatedUser, is_stop
 
-__all__ = ["ReferenceUser", "Tau2TelecomEnv", "Tau2TelecomFamily", "TelecomSimulatedUser", "ask", "gold_actions", "render"]
+__all__ = ["ReferenceUser", "Tau2TelecomEnv", "Tau2TelecomFamily", "ask", "gold_actions", "render"]
 
 ASK = "Please do this on your phone, in this order: {actions}."
 CLOSING = "Is there anything else I can help you with?"
@@ -169,19 +166,6 @@ class ReferenceUser:
         return self._calls(actions)
 
 
-class TelecomSimulatedUser(SimulatedUser):
-    """tau2's LLM user simulator with tau2's user tools (`tau2 run` passes `environment.get_user_tools()`)."""
-
-    def __init__(self, task: Any, model: str, llm_args: dict[str, Any], seed: int | None, tools: list[Any]):
-        super().__init__(task, model, llm_args, seed=seed)
-        self.sim = self.t.user_simulator.UserSimulator(
-            tools=tools, instructions=str(task.user_scenario), llm=model, llm_args=dict(llm_args)
-        )
-        if seed is not None:
-            self.sim.set_seed(int(seed))
-        self.state = self.sim.get_init_state()
-
-
 # ------------------------------------------------------------------------------------------ the env
 class Tau2TelecomEnv(Tau2Env):
     """One telecom conversation: `Tau2Env` with the task's initial state applied and the customer's tool loop.
@@ -191,32 +175,10 @@ class Tau2TelecomEnv(Tau2Env):
     """
 
     def __init__(self, instance: TaskInstance, domain: str, task_id: str, customer: Callable[[Any, int], Any] | None = None):
-        # Tau2Env.__init__ refuses a task with an initial state, so its set-up is repeated here
-        # (hook wanted in env.py: an overridable initial-state step instead of the refusal).
-        TaskEnv.__init__(self, instance)
-        self.t = tau2()
-        self.domain, self.task_id = domain, task_id
-        self.task = task_model(domain, task_id)
-        self.env = new_environment(domain)
-        self._domain_specs = tool_specs(domain)
-        self._domain_tools = {s.impl for s in self._domain_specs}
-        self.user: Any = None
-        self.protocol: str | None = None
-        self.opening = ""
-        self.messages: list[Any] = []
-        self.termination: Any = None
-        self.transferred = False
-        self.errors = 0
-        self.steps = 0
-        self.user_error = ""
-        self.seed = 0
-        self._turn: Any = None
-        self._turn_calls = 0
-        self._ids = itertools.count()
         self.customer = customer
-        self._apply_initial_state()
+        super().__init__(instance, domain, task_id)
 
-    def _apply_initial_state(self) -> None:
+    def apply_initial_state(self) -> None:
         """tau2's `Orchestrator.initialize`: `set_state` with the task's initialization data and actions, then
         `sync_tools`."""
         init = self.task.initial_state
@@ -246,7 +208,7 @@ class Tau2TelecomEnv(Tau2Env):
         if self.customer is not None:
             self.user = self.customer(self.task, seed)
         elif model:
-            self.user = TelecomSimulatedUser(self.task, model, dict(args), seed, self.env.get_user_tools())
+            self.user = SimulatedUser(self.task, model, dict(args), seed=seed, tools=self.env.get_user_tools())
             if channel:
                 self.blocking_user = True
             else:

@@ -464,7 +464,9 @@ class SimulatedUser:
 
     kind = "llm"
 
-    def __init__(self, task: Any, model: str, llm_args: dict[str, Any], seed: int | None = None, attempts: int = 4):
+    def __init__(self, task: Any, model: str, llm_args: dict[str, Any], seed: int | None = None, attempts: int = 4,
+                 tools: list[Any] | None = None):
+        """`tools`: the customer's own tools (tau2's user tools, telecom's phone), None where it has none."""
         from tasks.tau2.data import tau2
 
         t = tau2()
@@ -472,7 +474,7 @@ class SimulatedUser:
         self.model = model
         self.attempts = attempts
         self.sim = t.user_simulator.UserSimulator(
-            tools=None, instructions=str(task.user_scenario), llm=model, llm_args=dict(llm_args)
+            tools=tools, instructions=str(task.user_scenario), llm=model, llm_args=dict(llm_args)
         )
         if seed is not None:
             self.sim.set_seed(int(seed))  # tau2's orchestrator: user.set_seed(seed) -> llm_args["seed"]
