@@ -40,17 +40,12 @@ from typing import Any
 
 from agents.stats import cap_note, pass_rate
 from harness_store.values import Trajectory
+from tasks.tau2.checker import is_successful
 
 LEADERBOARD_SPLIT = "base"
-TOLERANCE = 1e-6  # tau2's is_successful: 1 - 1e-6 <= reward <= 1 + 1e-6
 
 NOT_TAU2_PROTOCOL = "the tool protocol (message_user/finish tools) is this project's variant, not tau2's"
 SCRIPTED_USER = "the scripted customer is an offline stand-in for CI and plumbing, not tau2's LLM user simulator"
-
-
-def is_successful(reward: float) -> bool:
-    """tau2's success (`tau2.metrics.agent_metrics.is_successful`): a reward within 1e-6 of 1."""
-    return (1 - TOLERANCE) <= reward <= (1 + TOLERANCE)
 
 
 def detail(t: Trajectory) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ the communicate check (`CommunicateEvaluator`) and, where the basis names it, th
 A task's initial state (telecom's: `initialization_data`, `initialization_actions`) is applied to both
 databases first, as tau2's `EnvironmentEvaluator` does; the hashes cover the user's database too.
 
-`passed` is tau2's reward == 1, exactly, and the score is the reward; a conversation that ended any other
+`passed` is tau2's success (a reward within 1e-6 of 1, `is_successful`), and the score is the reward; a conversation that ended any other
 way than by the user or the agent (tau2's step limit, its error limit, a user that could not be reached)
 scores 0, as in tau2. Whether the agent ever said something to the customer (`answered_customer`, this
 project's earlier extra requirement: tau2 scores a silent run by the database alone) is reported beside
@@ -34,6 +34,12 @@ from tasks.tau2.data import new_environment, paused_gc, task_model, tau2
 from tasks.tau2.users import GREETING, STOP
 
 SHOWN = 6
+TOLERANCE = 1e-6  # tau2's is_successful: 1 - 1e-6 <= reward <= 1 + 1e-6
+
+
+def is_successful(reward: float) -> bool:
+    """tau2's success (`tau2.metrics.agent_metrics.is_successful`): a reward within 1e-6 of 1."""
+    return (1 - TOLERANCE) <= reward <= (1 + TOLERANCE)
 
 
 @dataclass(frozen=True)
@@ -236,7 +242,7 @@ def _short(v: Any) -> str:
 
 def check(env: Any) -> Outcome:
     s = score(env)
-    passed = s.reward == 1.0
+    passed = is_successful(s.reward)
     out = graded(list(s.requirements), s.reward)
     user = env.user
     detail = {
