@@ -235,8 +235,9 @@ def test_a_failed_run_is_reported_by_what_differs_not_by_the_gold() -> None:
     assert reasons["communicated_required_info"].startswith("2 of the 2 pieces of information")
     assert "mastercard" not in reasons["communicated_required_info"]
 
-    out = fam.check(run_steps(fam, inst, finish=False))
-    assert set(failing(out)) == {"conversation_ended"} and out.detail["tau2"]["termination"] == "max_steps"
+    out = fam.check(run_steps(fam, inst, finish=False))  # the agent's side stopped long before tau2's step limit
+    assert set(failing(out)) == {"conversation_ended"} and out.detail["tau2"]["termination"] == "agent_error"
+    assert failing(out)["conversation_ended"].startswith("the agent stopped before the conversation ended")
 
 
 def test_new_records_and_extra_changes_are_named() -> None:

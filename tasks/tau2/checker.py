@@ -167,6 +167,7 @@ def _unfinished(termination: Any, env: Any) -> str:
     why = {
         "max_steps": "tau2's step limit was reached before the customer ended the conversation",
         "too_many_errors": "the conversation was stopped after too many failed tool calls",
+        "agent_error": "the agent stopped before the conversation ended (its model failed or its turn limit came first)",
         "user_error": f"the customer could not be reached: {env.user_error}",
     }.get(getattr(termination, "value", str(termination)), f"the conversation ended with {termination}")
     return f"{why} (tau2 scores such a run 0)"

@@ -320,8 +320,13 @@ class Tau2Env(TaskEnv):
 
     # ------------------------------------------------------------------ the run, as tau2 sees it
     def termination_reason(self) -> Any:
-        """How the conversation ended; a run that is still open was cut by the turn limit (MAX_STEPS)."""
-        return self.termination or self.t.simulation.TerminationReason.MAX_STEPS
+        """How the conversation ended. One still open when it is graded was ended on the agent's side: at
+        tau2's step limit that is MAX_STEPS; before it, the agent stopped (its model failed, e.g. a context
+        window overflow, or the harness's turn limit came first): tau2's AGENT_ERROR. Both score 0."""
+        if self.termination is not None:
+            return self.termination
+        R = self.t.simulation.TerminationReason
+        return R.MAX_STEPS if self.steps >= MAX_STEPS else R.AGENT_ERROR
 
     def simulation_run(self) -> Any:
         """The conversation as tau2's `SimulationRun`, for `tau2.evaluator.evaluator.evaluate_simulation`."""
