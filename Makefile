@@ -32,9 +32,10 @@ demo: $(STAMP) sandbox
 
 # `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each: about 15
 # minutes on 2 cores (2,034 tests, 862 s of pytest on a quiet machine, 2026-12-03).
-# `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets
-# over whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300
-# examples: about an hour.
+# `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
+# `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
+# whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
+# about an hour.
 test: $(STAMP) sandbox
 	# Debian's Chromium for the browser family's Playwright backend and the report test (idempotent; CI runs as root)
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
