@@ -151,10 +151,7 @@ class Tau2Family(TaskFamily):
         customer ends the conversation (or a limit does). `protocol="tool"` drives the plan's tools as
         they are. A gold action that fails in tau2's own gold replay too (e.g. an exchange the gift card
         cannot pay for) is an error observation here as well, and tolerated."""
-        from tasks.tau2.env import Tau2Env
-
-        env = self.make_env(instance)
-        assert isinstance(env, Tau2Env)
+        env = self.reference_env(instance)
         env.open_conversation(0, channel=protocol == "tau2")
         domain_tools = {t.impl for t in data.tool_specs(self.domain)}
         for step in self.plan(instance, self.full_knowledge()):
@@ -175,6 +172,14 @@ class Tau2Family(TaskFamily):
         while protocol == "tau2" and not env.finished:
             env.say(CLOSING)
         return self.check(env), env
+
+    def reference_env(self, instance: TaskInstance) -> Any:
+        """The conversation the reference solver drives: the family's env, with its usual customer."""
+        from tasks.tau2.env import Tau2Env
+
+        env = self.make_env(instance)
+        assert isinstance(env, Tau2Env)
+        return env
 
     def answer_key(self, instance: TaskInstance) -> dict[str, Any]:
         """tau2's gold actions and required information (analysis code only, never a role)."""

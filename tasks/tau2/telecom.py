@@ -35,8 +35,8 @@ from typing import Any
 
 import structlog
 
-from harness_store.values import Outcome, TaskInstance
-from tasks.base import Knowledge, PlanStep, TaskEnv, ToolResult
+from harness_store.values import TaskInstance
+from tasks.base import Knowledge, PlanStep, TaskEnv
 from tasks.tau2 import Tau2Family
 from tasks.tau2.data import (
     paused_gc,
@@ -52,7 +52,6 @@ from tasks.tau2.users import GREETING, STOP, TRANSFER, ScriptedUser, SimulatedUs
 __all__ = ["ReferenceUser", "Tau2TelecomEnv", "Tau2TelecomFamily", "ask", "gold_actions", "render"]
 
 ASK = "Please do this on your phone, in this order: {actions}."
-CLOSING = "Is there anything else I can help you with?"
 MAX_REFERENCE_REPLIES = 60
 
 _logged = False
@@ -280,30 +279,10 @@ class Tau2TelecomFamily(Tau2Family):
     def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:
         return reference_plan(self.world(0, instance.params))
 
-    def reference_solve(self, instance: TaskInstance, protocol: str = "tau2") -> tuple[Outcome, TaskEnv]:
-        """The gold plan through tau2's protocol (or `protocol="tool"`), with `ReferenceUser` performing the
-        gold user actions when the plan asks for them; then a closing question until the customer ends the
-        conversation (or a limit does). A failing gold action is an error observation, and tolerated."""
-        env = Tau2TelecomEnv(instance, self.domain, self.task_id(instance), customer=lambda task, seed: ReferenceUser(task))
-        env.open_conversation(0, channel=protocol == "tau2")
-        for step in self.plan(instance, self.full_knowledge()):
-            if env.finished:
-                break
-            if protocol == "tau2" and step.tool == "message_user":
-                env.say(step.args["message"])
-                continue
-            if protocol == "tau2" and step.tool == "finish":
-                continue
-            if protocol == "tau2":
-                env.begin_turn(None)
-            result: ToolResult = env.call(step.tool, dict(step.args))
-            if protocol == "tau2":
-                env.end_turn()
-            if result.error and step.tool in ("message_user", "finish"):
-                raise AssertionError(f"reference step {step.tool} failed on {instance.id}: {result.content}")
-        while protocol == "tau2" and not env.finished:
-            env.say(CLOSING)
-        return self.check(env), env
+    def reference_env(self, instance: TaskInstance) -> Tau2TelecomEnv:
+        """The reference solver's conversation: `ReferenceUser` performs the gold user actions when the
+        plan asks for them (a replay, not the CI customer)."""
+        return Tau2TelecomEnv(instance, self.domain, self.task_id(instance), customer=lambda task, seed: ReferenceUser(task))
 
     def answer_key(self, instance: TaskInstance) -> dict[str, Any]:
         """tau2's gold actions, with their requestors, and required information (analysis code only)."""
