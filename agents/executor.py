@@ -33,7 +33,7 @@ opening is the first user message, in place of the instance's instruction). With
   comes back as a user message (no nudge);
 - a message with tool calls opens a turn (`begin_turn(text)`: its text is recorded with the calls), each
   call that never reaches the env's tools (unknown tool, arguments not JSON or not an object) is reported
-  (`call_failed`), as is an empty message, and `end_turn() -> ended` closes it;
+  (`call_failed(name, error, raw_arguments)`), as is an empty message, and `end_turn() -> ended` closes it;
 - the env alone ends the conversation (its user, its limits); no finish tool is needed.
 The opening and, for an env with `blocking_user` set, every message to the user run on the tool threads.
 Every other family runs as before.
@@ -292,7 +292,7 @@ class Executor:
                         env, by_name, harness.hooks, name, raw, checklist_shown
                     )
                     if channel and unrun:
-                        env.call_failed(name, content)
+                        env.call_failed(name, content, raw)
                     if "finish_checklist" in fired:
                         checklist_shown = True
                     events.extend(f"hook:{k}" for k in fired)

@@ -189,6 +189,32 @@ def test_every_failed_call_counts_toward_taus_error_limit() -> None:
     traj, env = run_executor(inst, Broken())
     assert env.termination.value == "too_many_errors" and env.errors == MAX_ERRORS and len(traj.turns) == MAX_ERRORS
     assert traj.outcome.detail["tau2"]["reward"] == 0.0 == tau2_reward(env)
+    # as tau2's orchestrator: the unknown name with object arguments is in the transcript with tau2's own
+    # error result; unparseable or non-object arguments never reach it
+    recorded = [c.name for m in env.messages if getattr(m, "role", "") == "assistant" for c in (m.tool_calls or [])]
+    assert recorded.count("no_such_tool") == 3 and recorded.count("get_order_details") == 2  # calls 0, 4, 8 and 3, 7
+    errors = [m for m in env.messages if getattr(m, "role", "") == "tool" and m.error]
+    assert len(errors) == 5 and "not found" in errors[0].content
+
+
+def test_an_unknown_tool_call_is_recorded_and_scored_as_taus_orchestrator_does() -> None:
+    """A call of a name the agent does not have, in the middle of a passing script: both sides keep it in
+    the transcript with tau2's error, count it, and give the same reward."""
+    from tasks import get_family
+    from tasks.tau2 import data
+
+    fam = get_family("tau2-retail")
+    inst = fam.instance("tau2-retail/test/0")
+    task_id = fam.task_id(inst)
+    steps = script(fam.world(0, inst.params), mixed=False)
+    steps.insert(1, (None, {"name": "no_such_tool", "arguments": {"x": 1}}))
+    traj, env = run_executor(inst, ScriptClient(steps))
+    assert env.errors == 1
+    assert any(c.name == "no_such_tool" for m in env.messages if getattr(m, "role", "") == "assistant"
+               for c in (m.tool_calls or []))
+    ours = traj.outcome.detail["tau2"]["reward"]
+    assert ours == tau2_side("retail", task_id, steps, 0) == tau2_reward(env)
+    assert data.splits("retail")["test"][0] == task_id
 
 
 # ------------------------------------------------------------------------------------ parity with tau2

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import re
 from typing import Any
 
@@ -233,10 +234,23 @@ class Tau2Env(TaskEnv):
         if self.termination is None:
             self.messages.append(self._turn)
 
-    def call_failed(self, name: str, error: str) -> None:
+    def call_failed(self, name: str, error: str, raw: Any = None) -> None:
         """A call of the open turn that never reached tau2's tools (an unknown tool name, arguments that are
-        not JSON or not an object, an empty message): one more error toward tau2's limit."""
+        not JSON or not an object, an empty message): one more error toward tau2's limit. A call of a name
+        that is none of the domain's agent tools, with object arguments, goes to tau2's environment as tau2's
+        orchestrator sends it: recorded in the transcript with tau2's own error result ("Tool ... not
+        found"), which tau2's action check reads (it ignores who made a call: an agent calling a telecom
+        user tool by name can meet a gold user action there). A domain tool the harness left out is only
+        counted: the agent was not offered it."""
         self._ensure_channel()
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError:
+            args = None
+        if name and isinstance(args, dict) and name not in self._domain_tools and self.termination is None:
+            self.calls.append((name, args))
+            self._domain_call(name, args)  # records the call and tau2's error, counts it toward the limit
+            return
         self.errors += 1
         self._turn_calls += 1
 
