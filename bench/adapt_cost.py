@@ -28,14 +28,14 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from agents.correction import BuildConfig, DatasetBuilder
-    from agents.expert import ExpertRewriter
-    from agents.judge import Judge
-    from agents.local import LocalEvaluator, local_services
-    from agents.report import TESTBED_NOTICE
-    from services.gateway import Gateway
-    from services.logs import configure_logging
-    from tasks import get_family
+    from coevolve.agents.correction import BuildConfig, DatasetBuilder
+    from coevolve.agents.expert import ExpertRewriter
+    from coevolve.agents.judge import Judge
+    from coevolve.agents.local import LocalEvaluator, local_services
+    from coevolve.analysis.summary import TESTBED_NOTICE
+    from coevolve.services.gateway import Gateway
+    from coevolve.services.logs import configure_logging
+    from coevolve.tasks import get_family
 
     configure_logging(json_lines=False, level="error")
     gateway = Gateway()

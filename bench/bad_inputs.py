@@ -405,7 +405,7 @@ CASES: tuple[Case, ...] = (
 def _click_app() -> Any:
     import typer
 
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     return typer.main.get_command(app)
 
@@ -504,7 +504,7 @@ class _Inputs(dict):
 
 
 def _store_with_run(store: Path, kind: str, status: str, stop: bool = False) -> str:
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     st = HarnessStore(store, create=True)
     try:
@@ -536,7 +536,7 @@ def _unwritable(store: Path) -> Path:
 
 def _setup(kind: str, store: Path) -> tuple[Path, str]:
     """Make the case's store; (the store path to pass, the run id the case may name)."""
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     if kind == "absent":
         return store, ""
@@ -701,7 +701,7 @@ def run_measured(argv: list[str], timeout: float, cwd: Path | None = None,
 
 def _coevolve() -> list[str]:
     exe = Path(sys.executable).parent / "coevolve"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "cluster.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "coevolve.cli.app"]
 
 
 def run_subprocess(case: Case, token: Path, scale: float = 1.0) -> Outcome:

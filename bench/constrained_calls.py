@@ -61,8 +61,8 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 def turn_verdicts(traj: Any, tools: list[dict[str, Any]]) -> list[tuple[bool, bool]]:
     """(valid, exactly one valid call) for each assistant turn of `traj`."""
-    from agents.executor import assistant_positions
-    from services.constrained import call_error
+    from coevolve.agents.executor import assistant_positions
+    from coevolve.llm.constrained import call_error
 
     out = []
     for pos in assistant_positions(traj.messages):
@@ -84,8 +84,8 @@ def turn_verdicts(traj: Any, tools: list[dict[str, Any]]) -> list[tuple[bool, bo
 def harnesses(family: str, temperature: float | None, max_tokens: int | None, max_turns: int | None) -> dict[str, Any]:
     """mode -> harness: the baseline (free; with the given temperature and cap, if any) and the same
     with constrained tool calls."""
-    from harness_store.edits import apply_edit, edit_from_json
-    from tasks import get_family
+    from coevolve.edits import apply_edit, edit_from_json
+    from coevolve.tasks import get_family
 
     base = get_family(family).baseline_harness()
     knobs = {k: v for k, v in (("temperature", temperature), ("max_tokens", max_tokens)) if v is not None}
@@ -96,9 +96,9 @@ def harnesses(family: str, temperature: float | None, max_tokens: int | None, ma
 
 
 def measure(model: str, family: str, n: int, seeds: int, harness: Any, concurrency: int) -> dict[str, Any]:
-    from agents.executor import Executor, openai_tool
-    from services.gateway import Gateway
-    from tasks import get_family
+    from coevolve.agents.executor import Executor, openai_tool
+    from coevolve.services.gateway import Gateway
+    from coevolve.tasks import get_family
 
     tools = [openai_tool(t) for t in harness.tools]
     jobs = [(inst, s) for inst in get_family(family).generate("val", n) for s in range(seeds)]
@@ -149,9 +149,9 @@ def served(config: str | None, overrides: list[str]):
     if config is None:
         yield
         return
-    from cluster.runtime import start_ray, stop_ray
-    from harness_store.store import HarnessStore
-    from services.serving import load_serve_config, start_serving, stop_serving
+    from coevolve.cluster.runtime import start_ray, stop_ray
+    from coevolve.services.serving.app import load_serve_config, start_serving, stop_serving
+    from coevolve.store.store import HarnessStore
 
     cfg = load_serve_config(config, ["port=0", *overrides])
     store = Path(tempfile.mkdtemp(prefix="constrained-bench-"))
@@ -184,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-s", "--set", dest="overrides", action="append", default=[], help="key=value for --serve")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from harness_store.edits import EditError
-    from services.logs import configure_logging
-    from services.serving import ServingError
-    from tasks import family_names
+    from coevolve.edits import EditError
+    from coevolve.services.logs import configure_logging
+    from coevolve.services.serving.app import ServingError
+    from coevolve.tasks import family_names
 
     configure_logging(json_lines=False, level="warning")
     if args.family not in family_names():

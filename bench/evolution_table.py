@@ -34,18 +34,18 @@ EVOLVED = {"generic": ("synthetic/meta-generic", False), "no-handbook": ("synthe
 
 
 def oracle_harness(family):
-    from harness_store.edits import apply_edit
-    from harness_store.values import AddRecipe, HarnessEdit, Recipe
+    from coevolve.edits import apply_edit
+    from coevolve.values import AddRecipe, HarnessEdit, Recipe
 
     ops = tuple(AddRecipe(Recipe(i.id, i.statement)) for i in (*family.facts, *family.constraints))
     return apply_edit(family.baseline_harness(), HarnessEdit(ops, rationale="every rule stated (control)"))
 
 
 def run_family(name: str, args, evaluator, gateway, root: Path) -> dict:
-    from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-    from agents.stats import paired_difference, pass_rate
-    from harness_store.store import HarnessStore
-    from tasks import get_family
+    from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+    from coevolve.analysis.stats import paired_difference, pass_rate
+    from coevolve.store.store import HarnessStore
+    from coevolve.tasks import get_family
 
     family = get_family(name)
     store = HarnessStore(root / name)
@@ -90,7 +90,7 @@ def _lineage_edits(store, harness_id: str) -> list[str]:
 
 
 def main() -> None:
-    from tasks import family_names
+    from coevolve.tasks import family_names
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--families", default=",".join(family_names()))
@@ -102,10 +102,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from agents.local import LocalEvaluator
-    from agents.report import TESTBED_NOTICE
-    from services.gateway import Gateway
-    from services.logs import configure_logging
+    from coevolve.agents.local import LocalEvaluator
+    from coevolve.analysis.summary import TESTBED_NOTICE
+    from coevolve.services.gateway import Gateway
+    from coevolve.services.logs import configure_logging
 
     configure_logging(json_lines=False, level="error")
     gateway = Gateway()

@@ -35,13 +35,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-    from cluster.runtime import start_ray
-    from harness_store.store import HarnessStore
-    from services.gateway import Gateway
-    from services.logs import configure_logging
-    from services.pool import PoolEvaluator, RolloutPool
-    from tasks import get_family
+    from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+    from coevolve.cluster.runtime import start_ray
+    from coevolve.services.gateway import Gateway
+    from coevolve.services.logs import configure_logging
+    from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
+    from coevolve.store.store import HarnessStore
+    from coevolve.tasks import get_family
 
     configure_logging(json_lines=False, level="error")
     start_ray(None, num_cpus=2)

@@ -1,7 +1,7 @@
 """The real-weights experiment's level-selection rule (docs/results/real-weights-design.md §4), measured.
 
-For each level of the ladder (tasks.helpers.LEVELS, in order) and each candidate family: the model
-under the rule's **oracle** harness and its **baseline** harness (tasks.helpers.selection_harnesses)
+For each level of the ladder (coevolve.tasks.helpers.LEVELS, in order) and each candidate family: the model
+under the rule's **oracle** harness and its **baseline** harness (coevolve.tasks.helpers.selection_harnesses)
 on the val split, all 50 instances x seeds {0, 1}. Every cell is one `coevolve eval` run in the store
 (`--store`), so a cut-short cell continues where it stopped when the same command runs again (its
 stored rollouts are reused), and the cells already finished are read back from `--out` (one JSON line
@@ -78,9 +78,9 @@ def read_cells(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
 
 def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int, in_flight: int) -> dict[str, Any]:
     """One cell: an eval run of `model` under the rule's `kind` harness at `level`'s params."""
-    from cluster.jobs import EvalRequest, run_eval, validate_eval
-    from harness_store.store import HarnessStore
-    from tasks.helpers import LEVELS, selection_harnesses
+    from coevolve.jobs import EvalRequest, run_eval, validate_eval
+    from coevolve.store.store import HarnessStore
+    from coevolve.tasks.helpers import LEVELS, selection_harnesses
 
     harness = selection_harnesses(family)[kind]
     with HarnessStore(store, create=True) as hs:
@@ -115,7 +115,7 @@ def table(cells: dict[tuple[str, str, str, str], dict[str, Any]], model: str, le
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tasks.helpers import LEVELS, SMALL_LEVEL_FAMILIES
+    from coevolve.tasks.helpers import LEVELS, SMALL_LEVEL_FAMILIES
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="vllm/smollm2")

@@ -5,7 +5,7 @@ memory at the start and end of each phase (a leak shows as growth that does not 
 Each phase keeps `--in-flight` rollouts running for `--seconds` (batches of four times that many,
 submitted back to back, so that the tail of a batch is short against it), with
 every model call taking `--latency-ms` (COEVOLVE_SYNTHETIC_LATENCY_MS). The faulted phase injects
-`--faults` (services/faults.py: latency spikes, timeouts, 429, 5xx, malformed and truncated bodies,
+`--faults` (coevolve/llm/faults.py: latency spikes, timeouts, 429, 5xx, malformed and truncated bodies,
 connection resets) and the gateway retries them (`--attempts`). Reported per phase: rollouts/s, model
 calls/s, rollouts lost to infra, faults injected by kind, driver RSS at start, end and its peak growth.
 
@@ -41,9 +41,9 @@ def rss_mb() -> float:
 
 
 def phase(name: str, seconds: float, jobs: list, workers: int, in_flight: int, env: dict[str, str]) -> dict:
-    from agents.stats import pass_rate
-    from services.faults import count_faults
-    from services.pool import RolloutPool
+    from coevolve.analysis.stats import pass_rate
+    from coevolve.llm.faults import count_faults
+    from coevolve.services.pools.rollouts import RolloutPool
 
     log_dir = tempfile.mkdtemp(prefix=f"coevolve-load-{name}-")
     pool = RolloutPool(workers, env={**env, "COEVOLVE_FAULT_LOG": log_dir})
@@ -88,14 +88,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=300.0, help="duration of each phase (default 300)")
     ap.add_argument("--latency-ms", type=float, default=100.0, help="simulated model latency per call")
-    ap.add_argument("--faults", default="all=0.2,seed=1", help="fault spec of the faulted phase (services/faults.py)")
+    ap.add_argument("--faults", default="all=0.2,seed=1", help="fault spec of the faulted phase (coevolve/llm/faults.py)")
     ap.add_argument("--attempts", type=int, default=8, help="gateway attempts per model call in both phases")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--in-flight", type=int, default=64, help="rollouts per batch (all in flight at once)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = ap.parse_args()
 
-    from services.faults import FaultSpec
+    from coevolve.llm.faults import FaultSpec
 
     try:
         spec = FaultSpec.parse(args.faults)
@@ -104,15 +104,15 @@ def main() -> int:
         return 2
     os.environ["COEVOLVE_SYNTHETIC_LATENCY_MS"] = str(args.latency_ms)
     os.environ["COEVOLVE_RETRY"] = f"attempts={args.attempts}"
-    from cluster.runtime import start_ray, stop_ray
-    from services.logs import configure_logging
-    from tasks import get_family
+    from coevolve.cluster.runtime import start_ray, stop_ray
+    from coevolve.services.logs import configure_logging
+    from coevolve.tasks import get_family
 
     configure_logging(level="error")
     fam = get_family("iot")
     harness = fam.baseline_harness()
     jobs_list = [(i, s) for s in range(4) for i in fam.generate("val")]
-    from services.pool import RolloutJob
+    from coevolve.services.pools.rollouts import RolloutJob
 
     jobs = [RolloutJob(i, harness, MODEL, s) for i, s in jobs_list]
     say(f"starting Ray; two phases of {args.seconds:.0f}s, {args.in_flight} rollouts in flight, "

@@ -1,6 +1,6 @@
 """Per-iteration false-accept rate of harness acceptance under null edits, on the synthetic testbed.
 
-Each trial runs one real evolution iteration (`agents.meta.loop.HarnessEvolution`, the paired,
+Each trial runs one real evolution iteration (`coevolve.agents.meta.loop.HarnessEvolution`, the paired,
 multi-seed, early-stopping comparison that `coevolve evolve` uses) whose proposer offers
 `--candidates` different edits that state nothing a task needs (a tone section, a greeting section, a
 sentence of appreciation, ...). Each edit changes the prompt, so the stochastic synthetic model
@@ -106,13 +106,13 @@ def main() -> None:
     if not rules or any(r not in RULES for r in rules):
         ap.error(f"--rules: choose from {', '.join(RULES)}")
 
-    from agents.executor import Completion
-    from agents.local import LocalEvaluator
-    from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-    from agents.report import TESTBED_NOTICE
-    from harness_store.store import HarnessStore
-    from services.logs import configure_logging
-    from tasks import family_names
+    from coevolve.agents.executor import Completion
+    from coevolve.agents.local import LocalEvaluator
+    from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+    from coevolve.analysis.summary import TESTBED_NOTICE
+    from coevolve.services.logs import configure_logging
+    from coevolve.store.store import HarnessStore
+    from coevolve.tasks import family_names
 
     configure_logging(json_lines=False, level="error")
     answer = json.dumps({"edits": NULL_EDITS[: args.candidates]})

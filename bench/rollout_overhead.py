@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from agents.executor import TASK_ID_LINE, openai_tool
-from agents.synthetic import respond
-from tasks import get_family
+from coevolve.agents.executor import TASK_ID_LINE, openai_tool
+from coevolve.tasks import get_family
+from coevolve.testbed.policy import respond
 
 MODEL = "synthetic/weak"
 CASES = ("pool", "latency", "gateway", "blocking")
@@ -86,7 +86,7 @@ def bare_loop(instances, harness) -> tuple[float, int]:
 
 
 def gateway_cpu_ms(n: int = 300) -> tuple[float, float]:
-    from services.gateway import Gateway, _lib
+    from coevolve.services.gateway import Gateway, _lib
 
     gateway, litellm = Gateway(), _lib()
     msgs = [{"role": "system", "content": "x"}, {"role": "user", "content": "go (Task id: iot/val/0)"}]
@@ -124,8 +124,8 @@ class CountingClient:
 def calls_per_turn(instances: list[Any], harness: Any) -> tuple[int, int]:
     """(model calls made, turns recorded) by the executor for these rollouts (seed 0, zero latency, in
     process): the work case (b) times in the pool, counted at the client."""
-    from agents.executor import Executor
-    from services.gateway import Gateway
+    from coevolve.agents.executor import Executor
+    from coevolve.services.gateway import Gateway
 
     client = CountingClient(Gateway())
 
@@ -158,8 +158,8 @@ def ideal_makespan(bounds: list[float], concurrency: int) -> float:
 
 def blocking_case(family: str, n: int, concurrency: int, latency_ms: float, repeats: int) -> dict[str, Any]:
     """(d) for one family: achieved / ideal with blocking tools off the loop and inline."""
-    from agents.executor import Executor
-    from services.gateway import Gateway
+    from coevolve.agents.executor import Executor
+    from coevolve.services.gateway import Gateway
 
     fam = get_family(family)
     harness = fam.baseline_harness()
@@ -231,7 +231,7 @@ def blocking_case(family: str, n: int, concurrency: int, latency_ms: float, repe
 
 
 def blocking_cases(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from services.logs import configure_logging
+    from coevolve.services.logs import configure_logging
 
     configure_logging(json_lines=False, level="error")
     knobs = (args.blocking_n, args.blocking_concurrency, args.latency_ms, args.repeats)
@@ -240,7 +240,7 @@ def blocking_cases(args: argparse.Namespace) -> list[dict[str, Any]]:
         if family != "browser":
             results.append(blocking_case(family, *knobs))
             continue
-        from tasks.browser import BrowserFamily, ChromiumBrowser, chromium_available
+        from coevolve.tasks.browser import BrowserFamily, ChromiumBrowser, chromium_available
 
         if not chromium_available():
             say("  browser: skipped (no Chromium or no playwright)")
@@ -303,7 +303,7 @@ def main() -> None:
 
 def plumbing(args: argparse.Namespace, cases: set[str]) -> dict[str, Any]:
     """(a), (b), (c) on the iot family."""
-    from services.logs import configure_logging
+    from coevolve.services.logs import configure_logging
 
     configure_logging(json_lines=False, level="error")
     out: dict[str, Any] = {}
@@ -311,8 +311,8 @@ def plumbing(args: argparse.Namespace, cases: set[str]) -> dict[str, Any]:
     harness = fam.baseline_harness()
     instances = (fam.generate("train") + fam.generate("val") + fam.generate("test"))[: args.n]
     if cases & {"pool", "latency"}:
-        from cluster.runtime import start_ray
-        from services.pool import RolloutJob, RolloutPool
+        from coevolve.cluster.runtime import start_ray
+        from coevolve.services.pools.rollouts import RolloutJob, RolloutPool
 
         start_ray(None, num_cpus=2)
         jobs = [RolloutJob(i, harness, MODEL, 0) for i in instances]

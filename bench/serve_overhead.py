@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = ap.parse_args()
 
-    from services.logs import (
+    from coevolve.services.logs import (
         configure_logging,
         output_to_file,
         quiet_libraries,
@@ -110,7 +110,7 @@ def main() -> None:
 
     quiet_libraries()  # before vLLM, Ray Serve and litellm are imported
     configure_logging(json_lines=False, level="warning")
-    from services.models import make_tiny
+    from coevolve.services.serving.models import make_tiny
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     model = args.model or str(make_tiny(work / "tiny"))
@@ -126,15 +126,15 @@ def main() -> None:
         raise
     progress(f"offline LLM: {off_n} tokens, {off_rate:.1f} tok/s; now Ray Serve + HTTP + litellm ...")
 
-    from cluster.runtime import start_ray, stop_ray
-    from harness_store.values import ModelRef
-    from services.serving import (
+    from coevolve.cluster.runtime import start_ray, stop_ray
+    from coevolve.services.serving.app import (
         apply_serve_env_defaults,
         litellm_route,
         load_serve_config,
         start_serving,
         stop_serving,
     )
+    from coevolve.values import ModelRef
 
     apply_serve_env_defaults()
     start_ray(None, args.cpus, log_to_driver=False)  # Serve's and vLLM's worker output: Ray's log files

@@ -1,6 +1,6 @@
 """Training throughput: the Ray Train LoRA job vs the same peft loop run bare in this process.
 
-Both sides run `services.training.run_peft_loop` on the same base model, rows, config and number of
+Both sides run `coevolve.services.training.run_peft_loop` on the same base model, rows, config and number of
 torch threads; the Ray side goes through `train_adapter` (TorchTrainer, one worker, checkpoints each
 epoch, adapter registered in a scratch store). Printed, as ratios Ray / bare:
 
@@ -50,14 +50,14 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = ap.parse_args()
 
-    from services.logs import configure_logging, quiet_libraries, ray_log_dir
+    from coevolve.services.logs import configure_logging, quiet_libraries, ray_log_dir
 
     quiet_libraries()  # before transformers, Ray Train and friends are imported
     configure_logging(json_lines=False, level="warning")
-    from cluster.runtime import start_ray
-    from harness_store.store import HarnessStore
-    from services.models import make_tiny
-    from services.training import TrainConfig, run_peft_loop, train_adapter
+    from coevolve.cluster.runtime import start_ray
+    from coevolve.services.serving.models import make_tiny
+    from coevolve.services.training import TrainConfig, run_peft_loop, train_adapter
+    from coevolve.store.store import HarnessStore
     from tests.lifecycle_rows import multi_turn_row, target_rows
 
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))

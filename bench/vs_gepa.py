@@ -4,7 +4,7 @@ budget, so that only the search and the acceptance differ.
 For each family and each seed of the comparison, two optimisers start from the family's baseline
 harness:
 
-- **coevolve**: `agents.meta.loop.HarnessEvolution`, the loop `coevolve evolve` runs (train batch ->
+- **coevolve**: `coevolve.agents.meta.loop.HarnessEvolution`, the loop `coevolve evolve` runs (train batch ->
   failures -> proposer -> k candidates compared with the current harness on paired val instances and
   seeds, early-stopped, family-wise sign test; plateau stop);
 - **GEPA** (`gepa` 0.1.4, `gepa.optimize`): its Pareto-front candidate selection over the val pairs,
@@ -12,7 +12,7 @@ harness:
   strict improvement of the minibatch sum, then pays a full val evaluation), and merge (`use_merge`).
   It reaches the task through a `GEPAAdapter` (`ProjectAdapter`): `evaluate` runs the project's
   executor, `make_reflective_dataset` builds the failure evidence the project's proposer reads
-  (`agents.meta.evidence`), and the project's proposer (`synthetic/meta` by default) sits behind
+  (`coevolve.agents.meta.evidence`), and the project's proposer (`synthetic/meta` by default) sits behind
   GEPA's custom proposal hook.
 
 Both sides see the same val pairs (val instances x val seeds), the same train split, the same proposer
@@ -70,12 +70,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from agents.meta.acceptance import sign_test_p
-from agents.meta.evidence import build_evidence, describe_failure
-from agents.meta.loop import BudgetExhausted
-from agents.meta.proposer import Proposal
-from harness_store.edits import edit_to_json, validate_harness
-from harness_store.values import (
+from coevolve.agents.meta.acceptance import sign_test_p
+from coevolve.agents.meta.evidence import build_evidence, describe_failure
+from coevolve.agents.meta.loop import BudgetExhausted
+from coevolve.agents.meta.proposer import Proposal
+from coevolve.edits import edit_to_json, validate_harness
+from coevolve.values import (
     AddRecipe,
     AppendSection,
     Harness,
@@ -140,7 +140,7 @@ class TextOnlyProposer:
 
 # ------------------------------------------------------------------ the budget
 class RolloutMeter:
-    """Every rollout of one optimiser passes here (an `agents.meta.loop.Evaluator`). At most `budget`
+    """Every rollout of one optimiser passes here (an `coevolve.agents.meta.loop.Evaluator`). At most `budget`
     rollouts run: the batch that would pass it runs the rollouts left, counts them and raises
     `BudgetExhausted` (the loop ends on it; GEPA's engine skips the iteration and its stopper ends)."""
 
@@ -343,10 +343,10 @@ class Run:
 
 
 def _services(cfg: Config):
-    from agents.local import LocalEvaluator
-    from agents.meta import LLMProposer
-    from services.gateway import Gateway
-    from tasks import get_family
+    from coevolve.agents.local import LocalEvaluator
+    from coevolve.agents.meta import LLMProposer
+    from coevolve.services.gateway import Gateway
+    from coevolve.tasks import get_family
 
     gateway = Gateway()
     evaluator = LocalEvaluator(client=gateway)
@@ -358,8 +358,8 @@ def _services(cfg: Config):
 def run_coevolve(cfg: Config, evaluator: Any, proposer: TextOnlyProposer, root: Path,
                  screen: int = 0) -> tuple[Run, dict[str, Harness]]:
     """The loop at `cfg.on_plateau`, with its screen at `screen` train failures (0: off)."""
-    from agents.meta import Budget, EvolveConfig, HarnessEvolution
-    from harness_store.store import HarnessStore
+    from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution
+    from coevolve.store.store import HarnessStore
 
     meter = RolloutMeter(evaluator, cfg.budget)
     # the meter holds the rollout budget (exact cut); the loop's own limits are out of its way
@@ -420,7 +420,7 @@ def optimisers(cells: list[dict[str, Any]]) -> list[str]:
 def run_gepa(cfg: Config, evaluator: Any, proposer: TextOnlyProposer) -> tuple[Run, dict[str, Harness]]:
     import gepa
 
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     family = get_family(cfg.family)
     baseline = family.baseline_harness()
@@ -476,7 +476,7 @@ class TestSplit:
     """Each harness once on the held-out test pairs (test instances x repeat seeds), cached by id."""
 
     def __init__(self, cfg: Config, evaluator: Any):
-        from tasks import get_family
+        from coevolve.tasks import get_family
 
         instances = get_family(cfg.family).generate("test", cfg.test_n)
         self.pairs = [(inst, TEST_SEED_BASE + 1000 * cfg.seed + r) for inst in instances for r in range(cfg.test_repeats)]
@@ -552,8 +552,8 @@ def measure(run: Run, harnesses: dict[str, Harness], test: TestSplit, baseline: 
 
 def compare(cfg: Config, workdir: Path | None = None) -> dict[str, Any]:
     """One seed of the comparison on one family: both optimisers, then the test split."""
-    from services.logs import configure_logging
-    from tasks import get_family
+    from coevolve.services.logs import configure_logging
+    from coevolve.tasks import get_family
 
     configure_logging(json_lines=False, level="error")
     root = Path(tempfile.mkdtemp(prefix="vs-gepa-", dir=workdir))
@@ -776,7 +776,7 @@ def _svg(series: dict[str, dict[str, list[float]]], xs: list[int], path: Path) -
 
 
 def main() -> None:
-    from tasks import family_names
+    from coevolve.tasks import family_names
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default="all", help="comma-separated, or all")
@@ -846,7 +846,7 @@ def main() -> None:
                 _progress(cell, started)
     rows = summarise(cells)
     figure = plot(cells, args.budget, out / "vs-gepa")
-    from agents.report import TESTBED_NOTICE
+    from coevolve.analysis.summary import TESTBED_NOTICE
 
     summary = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "rows": rows,
                "wall_seconds": round(time.monotonic() - started, 1), "figure": str(figure), "notice": TESTBED_NOTICE,

@@ -39,8 +39,8 @@ settings.load_profile("ci")
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for the whole test session, started through cluster/ like the CLI does."""
-    from cluster.runtime import start_ray, stop_ray
+    """One local Ray for the whole test session, started through coevolve/cluster/ like the CLI does."""
+    from coevolve.cluster.runtime import start_ray, stop_ray
 
     start_ray(address=None, num_cpus=2)
     yield
@@ -49,12 +49,12 @@ def ray_session():
 
 @pytest.fixture()
 def store(tmp_path):
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     return HarnessStore(tmp_path / "store")
 
 
 def pytest_configure(config):
-    from services.logs import configure_logging
+    from coevolve.services.logs import configure_logging
 
     configure_logging(json_lines=False, level="warning")

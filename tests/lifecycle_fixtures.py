@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from services.models import make_tiny
+    from coevolve.services.serving.models import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("models") / "tiny")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.local import LocalEvaluator
-from harness_store.values import Harness, TaskInstance, Trajectory
-from services.gateway import Gateway
+from coevolve.agents.local import LocalEvaluator
+from coevolve.services.gateway import Gateway
+from coevolve.values import Harness, TaskInstance, Trajectory
 
 _GATEWAY = Gateway()
 

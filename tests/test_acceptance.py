@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from agents.executor import Completion
-from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from agents.meta.acceptance import (
+from coevolve.agents.executor import Completion
+from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+from coevolve.agents.meta.acceptance import (
     BootstrapTest,
     FamilyRule,
     PairedResult,
@@ -19,8 +19,8 @@ from agents.meta.acceptance import (
     holm_accepted,
     sign_test_p,
 )
-from harness_store.store import HarnessStore
-from tasks import get_family
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
 from tests.rollouts import InProcessEvaluator, proposer_complete
 
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.correction import BuildConfig, DatasetBuilder
-from agents.counterfactual import with_counterfactuals
-from agents.executor import Completion, assistant_positions
-from agents.expert import ExpertRewriter
-from agents.judge import Judge
-from agents.local import LocalEvaluator, local_services
-from harness_store.values import FailureLocus
-from tasks import get_family
+from coevolve.agents.correction import BuildConfig, DatasetBuilder
+from coevolve.agents.executor import Completion, assistant_positions
+from coevolve.agents.expert import ExpertRewriter
+from coevolve.agents.judge import Judge
+from coevolve.agents.local import LocalEvaluator, local_services
+from coevolve.tasks import get_family
+from coevolve.testbed.counterfactual import with_counterfactuals
+from coevolve.values import FailureLocus
 from tests.rollouts import _GATEWAY, proposer_complete, rollout_all
 
 FIXTURES = Path(__file__).parent / "fixtures" / "roles"
@@ -170,7 +170,7 @@ def test_imitation_rows_are_the_experts_passing_rollouts_with_loss_everywhere(bu
 def test_datasets_load_unchanged_with_hugging_face(built, tmp_path):
     import datasets
 
-    from harness_store.datasets import read_rows, write_dataset
+    from coevolve.store.datasets import read_rows, write_dataset
 
     (rows, stats), _, _ = built["correction"]
     rec = write_dataset(tmp_path, rows, {"arm": "correction", **stats})
@@ -225,8 +225,8 @@ def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tm
 
     import ray
 
-    from services.pool import RolloutPool
-    from services.roles import RolePool, ray_services
+    from coevolve.services.pools.roles import RolePool, ray_services
+    from coevolve.services.pools.rollouts import RolloutPool
 
     cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=12, samples=1,
                       concurrency=4)
@@ -260,7 +260,7 @@ def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tm
 
 # ------------------------------------------------------------------ judge accuracy
 def test_locus_accuracy_scores_each_guesser_on_all_failures_and_where_the_first_error_rule_is_wrong():
-    from agents.analysis import locus_accuracy
+    from coevolve.analysis.rollouts import locus_accuracy
 
     def row(truth, judge, first_error, observed, turns=5):
         return {"truth": truth, "turns": turns, "judge": judge, "first_error": first_error,
@@ -292,13 +292,13 @@ def test_locus_accuracy_scores_each_guesser_on_all_failures_and_where_the_first_
 def test_judge_accuracy_per_family_beside_both_baselines_with_counterfactuals_from_the_store(
     ray_session, tmp_path, capsys
 ):
-    from agents.counterfactual import merge_counterfactuals
-    from agents.judge import rule_based_guess
-    from agents.transcript import first_error_turn
-    from cluster.adapt import judge_accuracy, judge_families
-    from cluster.cli import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
-    from cluster.cli_adapt import print_judge_accuracy
-    from harness_store.store import HarnessStore
+    from coevolve.agents.judge import rule_based_guess
+    from coevolve.agents.transcript import first_error_turn
+    from coevolve.cli.adapt import print_judge_accuracy
+    from coevolve.cli.app import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
+    from coevolve.jobs.adapt import judge_accuracy, judge_families
+    from coevolve.store.store import HarnessStore
+    from coevolve.testbed.counterfactual import merge_counterfactuals
 
     assert judge_families("all") == ["payroll", "budget", "stock", "iot", "browser", "website", "refactor"]
     assert judge_families("iot, payroll,iot") == ["iot", "payroll"]

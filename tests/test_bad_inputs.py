@@ -18,8 +18,8 @@ import typer.main
 import typer.testing
 from typer.testing import CliRunner
 
-from cluster.cli import app
-from harness_store.store import HarnessStore
+from coevolve.cli.app import app
+from coevolve.store.store import HarnessStore
 
 _spec = importlib.util.spec_from_file_location("bad_inputs", Path(__file__).resolve().parent.parent / "bench" / "bad_inputs.py")
 bench = importlib.util.module_from_spec(_spec)
@@ -35,13 +35,12 @@ def guarded(monkeypatch, tmp_path):
     address is refused for what it is; COEVOLVE_STORE, which commands set, is restored afterwards."""
     import ray
 
-    import cluster.head
-    import cluster.runtime
-
+    import coevolve.cluster.head
+    import coevolve.cluster.runtime
     def refuse(*args, **kwargs):
         raise AssertionError("bad input reached Ray")
 
-    for target, name in ((cluster.runtime, "start_ray"), (cluster.head, "ensure_local_head"), (ray, "init")):
+    for target, name in ((coevolve.cluster.runtime, "start_ray"), (coevolve.cluster.head, "ensure_local_head"), (ray, "init")):
         monkeypatch.setattr(target, name, refuse)
     token = tmp_path / "ray-token"
     token.write_text("t" * 64)
@@ -154,7 +153,7 @@ def test_the_provider_names_read_from_litellm_s_source_are_litellm_s_provider_li
     a synthetic call), which are no provider a user can name."""
     from litellm.types.utils import LlmProviders
 
-    from cluster.jobs import litellm_providers
+    from coevolve.jobs import litellm_providers
 
     assert litellm_providers() == {p.value for p in LlmProviders}
     assert set(litellm_providers()) <= {str(getattr(p, "value", p)) for p in litellm.provider_list}

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from agents.executor import Completion, Executor, resolve_tool_threads
-from agents.synthetic import respond
-from tasks import get_family
+from coevolve.agents.executor import Completion, Executor, resolve_tool_threads
+from coevolve.tasks import get_family
+from coevolve.testbed.policy import respond
 
 FAM = get_family("iot")
 LATENCY_S = 0.2
@@ -125,7 +125,7 @@ def test_calls_keep_their_order_and_results_and_only_blocking_tools_leave_the_lo
 
 
 def test_families_declare_their_blocking_tools():
-    from tasks.browser import chromium_available
+    from coevolve.tasks.browser import chromium_available
 
     refactor = get_family("refactor")
     assert refactor.make_env(refactor.generate("val", 1)[0]).blocking_tools == frozenset({"run_tests"})
@@ -136,7 +136,7 @@ def test_families_declare_their_blocking_tools():
         f = get_family(fam)
         assert f.make_env(f.generate("val", 1)[0]).blocking_tools == frozenset(), fam
     if chromium_available():
-        from tasks.browser import ChromiumBrowser
+        from coevolve.tasks.browser import ChromiumBrowser
 
         b = ChromiumBrowser()
         try:

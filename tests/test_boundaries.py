@@ -13,13 +13,13 @@ import re
 
 import pytest
 
-from agents.counterfactual import with_counterfactuals
-from agents.meta import EvolveConfig, HarnessEvolution, LLMProposer
-from agents.meta.evidence import build_evidence, describe_failure
-from agents.meta.loop import Budget
-from agents.meta.proposer import proposer_messages
-from harness_store.store import HarnessStore
-from tasks import get_family
+from coevolve.agents.meta import EvolveConfig, HarnessEvolution, LLMProposer
+from coevolve.agents.meta.evidence import build_evidence, describe_failure
+from coevolve.agents.meta.loop import Budget
+from coevolve.agents.meta.proposer import proposer_messages
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
+from coevolve.testbed.counterfactual import with_counterfactuals
 from tests.rollouts import InProcessEvaluator, proposer_complete, rollout_all
 
 FAM = get_family("iot")

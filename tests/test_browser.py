@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
-from tasks import get_family
-from tasks.base import Knowledge
-from tasks.browser import BrowserEnv, BrowserFamily, ChromiumBrowser, chromium_available, final_state
-from tasks.browser.dom import parse, render_tree
-from tasks.browser.world import STATUSES, money
+from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge
+from coevolve.tasks.browser import BrowserEnv, BrowserFamily, ChromiumBrowser, chromium_available, final_state
+from coevolve.tasks.browser.dom import parse, render_tree
+from coevolve.tasks.browser.world import STATUSES, money
 from tests.rollouts import rollout_all
 
 FAM: BrowserFamily = get_family("browser")  # type: ignore[assignment]
 FULL = FAM.full_knowledge()
-GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "browser" / "golden.json").read_text())[
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "coevolve" / "tasks" / "browser" / "golden.json").read_text())[
     "instances"
 ]
 WORLD_DIGEST = "1694ea947c868d1f"  # sha256 of the test and first 10 val worlds (reprs), as generated before the split

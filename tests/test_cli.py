@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cluster.cli import app
-from harness_store.store import HarnessStore
+from coevolve.cli.app import app
+from coevolve.store.store import HarnessStore
 
 runner = CliRunner()
 
@@ -77,14 +77,13 @@ def test_harness_commands(evaluated):
 def no_ray(monkeypatch, tmp_path):
     """Bad input must be refused before Ray: starting or attaching to it fails the test at once. A token
     is at hand, so that an address is refused for what it is (nothing listening), not for a missing token."""
-    import cluster.head
-    import cluster.runtime
-
+    import coevolve.cluster.head
+    import coevolve.cluster.runtime
     def refuse(*args, **kwargs):
         raise AssertionError("bad input reached Ray")
 
-    monkeypatch.setattr(cluster.runtime, "start_ray", refuse)
-    monkeypatch.setattr(cluster.head, "ensure_local_head", refuse)
+    monkeypatch.setattr(coevolve.cluster.runtime, "start_ray", refuse)
+    monkeypatch.setattr(coevolve.cluster.head, "ensure_local_head", refuse)
     token = tmp_path / "ray-token"
     token.write_text("t" * 64)
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
@@ -149,7 +148,7 @@ def test_resume_of_a_run_with_a_profile_is_refused_and_writes_nothing(tmp_path, 
 def test_the_client_names_the_run_whose_meta_agent_died(monkeypatch, capsys):
     import ray
 
-    from cluster.cli_run import _follow, _print_final
+    from coevolve.cli.run import _follow, _print_final
 
     def gone(*args, **kwargs):
         raise ray.exceptions.RayActorError()
@@ -209,8 +208,8 @@ def test_harness_apply_of_a_bad_edit_is_one_error_line_and_stores_nothing(tmp_pa
 
 
 def test_a_run_s_final_table_names_the_synthetic_adapter_rules_when_its_adapters_are_synthetic(capsys):
-    from agents.report import SYNTHETIC_ADAPTER_RULES
-    from cluster.cli_run import _print_final
+    from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES
+    from coevolve.cli.run import _print_final
 
     cell = {"pass_at_1": 0.5, "ci95": [0.4, 0.6]}
     status = {"run_id": "r1", "stage": "finished", "train_backend": "synthetic",

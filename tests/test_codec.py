@@ -1,4 +1,4 @@
-"""Round-trip properties of the msgpack codec for every value type in `harness_store.values`."""
+"""Round-trip properties of the msgpack codec for every value type in `coevolve.values`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness_store import codec, values
-from harness_store.codec import CodecError, canonical, content_id, decode, encode, from_plain, to_plain
+from coevolve import codec, values
+from coevolve.codec import CodecError, canonical, content_id, decode, encode, from_plain, to_plain
 
 VALUE_TYPES: list[type] = sorted(
     (

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from services.serving import apply_serve_env_defaults
+from coevolve.services.serving.app import apply_serve_env_defaults
 from tests.lifecycle_fixtures import tiny_model  # noqa: F401 - fixture
 
 apply_serve_env_defaults()
@@ -33,8 +33,8 @@ REPLY_CAP = 96  # tokens: the longest bounded iot call is well under it
 
 @pytest.fixture(scope="module")
 def served_tiny(tmp_path_factory, tiny_model, ray_session):
-    from harness_store.store import HarnessStore
-    from services.serving import load_serve_config, start_serving, stop_serving
+    from coevolve.services.serving.app import load_serve_config, start_serving, stop_serving
+    from coevolve.store.store import HarnessStore
 
     store_dir = tmp_path_factory.mktemp("constrained-store")
     HarnessStore(store_dir)
@@ -61,7 +61,7 @@ def served_tiny(tmp_path_factory, tiny_model, ray_session):
 
 def bounded(harness, decoding: dict):
     """`harness` with its decoding set and every string argument of its tools bounded."""
-    from harness_store.edits import apply_edit, edit_from_json
+    from coevolve.edits import apply_edit, edit_from_json
 
     ops = [{"op": "set_decoding", **decoding}, {"op": "set_max_turns", "max_turns": 4}]
     for t in harness.tools:
@@ -75,9 +75,9 @@ def bounded(harness, decoding: dict):
 
 
 def rollouts(harness, n: int = 4, seeds=(0, 1)):
-    from agents.executor import Executor
-    from services.gateway import Gateway
-    from tasks import get_family
+    from coevolve.agents.executor import Executor
+    from coevolve.services.gateway import Gateway
+    from coevolve.tasks import get_family
 
     ex = Executor(Gateway(timeout_s=300))
     jobs = [(i, s) for i in get_family(harness.family).generate("val", n) for s in seeds]
@@ -92,8 +92,8 @@ def rollouts(harness, n: int = 4, seeds=(0, 1)):
 
 
 def turn_errors(trajs, harness) -> list[str | None]:
-    from agents.executor import assistant_positions, openai_tool
-    from services.constrained import message_call_error
+    from coevolve.agents.executor import assistant_positions, openai_tool
+    from coevolve.llm.constrained import message_call_error
 
     tools = [openai_tool(t) for t in harness.tools]
     return [message_call_error(t.messages[p], tools) for t in trajs for p in assistant_positions(t.messages)]
@@ -101,7 +101,7 @@ def turn_errors(trajs, harness) -> list[str | None]:
 
 @pytest.mark.slow
 def test_the_tiny_model_makes_one_schema_valid_call_on_every_turn_through_the_serve_app(served_tiny):
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     base = get_family("iot").baseline_harness()
     h = bounded(base, {"tool_calls": "constrained", "max_tokens": REPLY_CAP})  # the server's temperature

@@ -1,5 +1,5 @@
 """The testbed's counterfactual answer key, computed lazily by analysis and cached in the store
-(`agents.counterfactual`): the same deviations and decisive turns as the inline computation rollouts
+(`coevolve.testbed.counterfactual`): the same deviations and decisive turns as the inline computation rollouts
 used to do, computed once per trajectory, only what is missing, never cached when a model failed."""
 
 from __future__ import annotations
@@ -9,17 +9,24 @@ from dataclasses import replace
 
 import pytest
 
-from agents.context import apply_policy
-from agents.counterfactual import (
+from coevolve.agents.context import apply_policy
+from coevolve.agents.executor import (
+    Executor,
+    ModelUnavailable,
+    Resume,
+    assistant_positions,
+    openai_tool,
+    same_calls,
+)
+from coevolve.services.gateway import Gateway
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
+from coevolve.testbed.counterfactual import (
     COUNTERFACTUAL_VERSION,
     acounterfactuals,
     needs_counterfactual,
     with_counterfactuals,
 )
-from agents.executor import Executor, ModelUnavailable, Resume, assistant_positions, openai_tool, same_calls
-from harness_store.store import HarnessStore
-from services.gateway import Gateway
-from tasks import get_family
 from tests.rollouts import rollout_all
 
 FAMILIES = ("iot", "payroll")

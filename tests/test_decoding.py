@@ -11,11 +11,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agents.executor import DecodingUnsupported, Executor, assistant_positions, openai_tool
-from harness_store.codec import canonical, decode, encode, from_plain, to_plain
-from harness_store.edits import EditError, apply_edit, edit_from_json, edit_to_json
-from harness_store.store import HarnessStore
-from harness_store.values import (
+from coevolve.agents.executor import DecodingUnsupported, Executor, assistant_positions, openai_tool
+from coevolve.codec import canonical, decode, encode, from_plain, to_plain
+from coevolve.edits import EditError, apply_edit, edit_from_json, edit_to_json
+from coevolve.llm import constrained as cs
+from coevolve.services.gateway import Gateway
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import family_names, get_family
+from coevolve.values import (
     ContextPolicy,
     DecodingPolicy,
     Harness,
@@ -26,9 +29,6 @@ from harness_store.values import (
     SetDecoding,
     ToolSpec,
 )
-from services import constrained as cs
-from services.gateway import Gateway
-from tasks import family_names, get_family
 
 CONSTRAINED = {"op": "set_decoding", "tool_calls": "constrained"}
 # A harness with every part set, and its content id as computed by the codec before the decoding policy
@@ -145,7 +145,7 @@ def test_a_bad_decoding_edit_is_one_edit_error_line(op, message):
 
 
 def _cli(*args):
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
@@ -221,7 +221,7 @@ def test_free_mode_leaves_invalid_calls_where_constrained_mode_has_none():
 def test_the_synthetic_provider_answers_a_constrained_request_with_json_text():
     """The gateway's conversion is what turns the answer into a tool call: the provider itself returns
     the call as JSON text, as vLLM does."""
-    from services.synthetic_provider import SyntheticLLM
+    from coevolve.testbed.provider import SyntheticLLM
 
     fam = get_family("iot")
     h = fam.baseline_harness()
@@ -249,7 +249,7 @@ def test_the_synthetic_provider_answers_a_constrained_request_with_json_text():
     ],
 )
 def test_the_synthetic_provider_refuses_a_schema_request_that_is_not_the_tools_union(mangle, message):
-    from agents.executor import ModelUnavailable
+    from coevolve.agents.executor import ModelUnavailable
 
     fam = get_family("iot")
     tools = [openai_tool(t) for t in fam.baseline_harness().tools]
@@ -311,7 +311,7 @@ class Recorder:
         self.calls: list[dict] = []
 
     async def acomplete(self, model, messages, tools, *, seed, **kw):
-        from agents.executor import Completion
+        from coevolve.agents.executor import Completion
 
         self.calls.append(kw)
         call = {"id": "c", "type": "function", "function": {"name": "finish", "arguments": "{}"}}
@@ -331,7 +331,7 @@ def _captured(monkeypatch, model: str, decoding: DecodingPolicy | None) -> dict:
     """The kwargs the gateway hands litellm for one call."""
     import litellm
 
-    from services import gateway as gw
+    from coevolve.services import gateway as gw
 
     gw._lib()
     seen: dict = {}
@@ -405,7 +405,7 @@ def test_call_schema_is_a_union_with_one_object_per_tool():
 
 # ------------------------------------------------------------------------------ the synthetic proposer
 def _proposed_ops(harness: Harness, tool_errors: list[str], seed: int) -> list[dict]:
-    from agents.meta.synthetic_meta import _answer
+    from coevolve.testbed.meta import _answer
 
     evidence = {
         "harness": harness.describe(),

@@ -1,8 +1,8 @@
 """The deployment files under deploy/ agree with each other and with the project's own configs.
 
 No image is built and no cluster is started here: the files are parsed and checked against what the
-project itself loads — the run profile through `cluster.profiles.load_profile("gpu-cluster")`, the serve
-config through `services.serving.load_serve_config`, the RayJob's command line through the `coevolve` CLI's
+project itself loads — the run profile through `coevolve.config.load_profile("gpu-cluster")`, the serve
+config through `coevolve.services.serving.app.load_serve_config`, the RayJob's command line through the `coevolve` CLI's
 own parser, the launcher config through Ray's own schema, the RayService's Serve config through Ray Serve
 LLM's own models — and against the single definition of images, Ray version and ports, deploy/images.yaml.
 """
@@ -154,13 +154,13 @@ def _launcher() -> dict[str, Any]:
 
 
 def _profile() -> Any:
-    from cluster.profiles import load_profile
+    from coevolve.config import load_profile
 
     return load_profile(PROFILE)
 
 
 def _serve_config() -> Any:
-    from services.serving import load_serve_config
+    from coevolve.services.serving.app import load_serve_config
 
     return load_serve_config(SERVE_CONFIG)
 
@@ -169,7 +169,7 @@ def _entrypoint_params() -> dict[str, Any]:
     """The RayJob's entrypoint parsed by the `coevolve` CLI's own parser (nothing runs)."""
     import typer
 
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     argv = shlex.split(_one("RayJob")["spec"]["entrypoint"])
     assert argv[0] == "coevolve", f"the entrypoint must call the console script, not {argv[0]!r}"
@@ -392,7 +392,7 @@ def test_launcher_node_types_advertise_the_raycluster_resources():
 
 # ------------------------------------------------------------------------------------- RayJob
 def test_rayjob_entrypoint_is_a_coevolve_run_of_the_profile():
-    from cluster.profiles import load_profile
+    from coevolve.config import load_profile
 
     params = _entrypoint_params()
     config = params["config"]
@@ -439,7 +439,7 @@ def test_models_job_downloads_the_served_weights_to_the_training_base():
 
 # ---------------------------------------------------------------------------------- RayService
 def test_rayservice_serve_config_matches_the_serve_profile():
-    from services.serving import _engine_kwargs
+    from coevolve.services.serving.app import _engine_kwargs
 
     cfg, rs = _serve_config(), _one("RayService")
     serve = _serve_app()
@@ -448,7 +448,7 @@ def test_rayservice_serve_config_matches_the_serve_profile():
     assert app["route_prefix"] == "/"
     assert app["import_path"] == "ray.serve.llm:build_openai_app"
     assert serve["http_options"] == {"host": "0.0.0.0", "port": cfg.port}
-    assert app["args"]["ingress_cls_config"] == {"ingress_cls": "services._serve_llm:LocalLoraIngress"}
+    assert app["args"]["ingress_cls_config"] == {"ingress_cls": "coevolve.services.serving._serve_llm:LocalLoraIngress"}
     llm = app["args"]["llm_configs"]
     assert [c["model_loading_config"]["model_id"] for c in llm] == [m.model_id for m in cfg.models]
     adapters = cfg.adapters_dir or f"{_store()}/adapters"
@@ -459,7 +459,7 @@ def test_rayservice_serve_config_matches_the_serve_profile():
         assert c["engine_kwargs"].get("max_lora_rank") == (m.max_lora_rank if m.lora else None)
         assert c["engine_kwargs"].get("max_loras") == (m.max_loras if m.lora else None)
         assert c.get("accelerator_type") == m.accelerator_type
-        assert c["server_cls"] == "services._serve_llm:LocalLoraLLMServer"
+        assert c["server_cls"] == "coevolve.services.serving._serve_llm:LocalLoraLLMServer"
         if m.lora:
             assert c["lora_config"] == {
                 "dynamic_lora_loading_path": f"pyarrow-file://{adapters}",
@@ -481,7 +481,7 @@ def test_rayservice_llm_configs_equal_what_coevolve_serve_builds():
     from deploy/serve/gpu.yaml (the slow part: importing ray.serve.llm)."""
     if importlib.util.find_spec("vllm") is None:  # find, don't import (~20 s)
         pytest.skip("vllm is not installed (pip install -e '.[vllm]')")
-    from services.serving import import_serve_llm, llm_configs
+    from coevolve.services.serving.app import import_serve_llm, llm_configs
 
     import_serve_llm()
     from ray.serve.llm import LLMServingArgs
@@ -493,7 +493,7 @@ def test_rayservice_llm_configs_equal_what_coevolve_serve_builds():
     cfg = _serve_config()
     want = llm_configs(cfg, cfg.adapters_dir or f"{_store()}/adapters")
     assert [c.model_dump() for c in args.llm_configs] == [c.model_dump() for c in want]
-    from services._serve_llm import LocalLoraIngress
+    from coevolve.services.serving._serve_llm import LocalLoraIngress
 
     assert args.ingress_cls_config.ingress_cls is LocalLoraIngress
 
@@ -649,12 +649,12 @@ def test_dockerignore_keeps_environments_and_secrets_out_and_the_project_in():
     patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
     for path in (".venv/bin/python", ".coevolve/store.db", ".git/config", "secrets.env", "deploy/secrets.env",
-                 "tasks/.env", ".env", "auth_token", "tls/server.key", "cluster/__pycache__/cli.cpython-311.pyc"):
+                 "coevolve/tasks/.env", ".env", "auth_token", "tls/server.key", "cluster/__pycache__/cli.cpython-311.pyc"):
         assert _dockerignored(path, patterns), f"{path} must not enter the image"
     for path in ("pyproject.toml", "README.md", "Makefile", "deploy/cpu-constraints.txt",
                  "deploy/docker/gpu-constraints.txt", "deploy/profiles/gpu-cluster.yaml", "deploy/serve/gpu.yaml",
-                 "cluster/cli.py", "services/_serve_llm.py", "tasks/__init__.py", "agents/__init__.py",
-                 "harness_store/store.py"):
+                 "coevolve/cli/app.py", "coevolve/services/serving/_serve_llm.py", "coevolve/tasks/__init__.py", "coevolve/agents/__init__.py",
+                 "coevolve/store/store.py"):
         assert (ROOT / path).exists(), path
         assert not _dockerignored(path, patterns), f"{path} is needed in the image"
 

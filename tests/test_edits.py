@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from harness_store.codec import content_id
-from harness_store.edits import (
+from coevolve.codec import content_id
+from coevolve.edits import (
     MAX_EDIT_CHARS,
     MAX_HARNESS_CHARS,
     MAX_OPS,
@@ -32,7 +32,7 @@ from harness_store.edits import (
     harness_chars,
     validate_harness,
 )
-from harness_store.values import (
+from coevolve.values import (
     AddHook,
     AddRecipe,
     AddTool,
@@ -332,7 +332,7 @@ def test_ids_are_stable_across_processes():
     """Another interpreter (other hash seed, fresh imports) computes the same ids."""
     script = (
         "import importlib.util, json, sys\n"
-        "from harness_store.edits import apply_edit\n"
+        "from coevolve.edits import apply_edit\n"
         "spec = importlib.util.spec_from_file_location('edits_under_test', sys.argv[1])\n"
         "m = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(m)\n"
@@ -771,7 +771,7 @@ def test_a_wrongly_typed_edit_or_harness_is_one_error():
 def test_a_stored_edit_decoded_with_wrong_types_is_one_error():
     """What the store's codec decodes is typed only by its tags: a record written by a buggy producer
     comes back as dataclasses with wrong field types, and is refused like any other bad edit."""
-    from harness_store.codec import from_plain
+    from coevolve.codec import from_plain
 
     record = {
         "~t": "HarnessEdit",
@@ -786,7 +786,7 @@ def test_a_stored_edit_decoded_with_wrong_types_is_one_error():
 
 
 def test_malformed_proposer_answers_are_recorded_failed_proposals():
-    from agents.meta.proposer import parse_response
+    from coevolve.agents.meta.proposer import parse_response
 
     answer = json.dumps(
         {

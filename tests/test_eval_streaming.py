@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agents.local import LocalEvaluator
-from cluster import jobs
-from cluster.cli import app
-from harness_store import store as store_mod
-from harness_store.store import HarnessStore, StoreError
+from coevolve import jobs
+from coevolve.agents.local import LocalEvaluator
+from coevolve.cli.app import app
+from coevolve.store import store as store_mod
+from coevolve.store.store import HarnessStore, StoreError
 from tests.rollouts import _GATEWAY
 
 N, REPEATS, BATCH = 15, 2, 8  # 30 rollouts: stored as 8 + 8 + 8 + 6
@@ -108,7 +108,7 @@ def test_a_store_that_fills_up_on_the_last_batch_keeps_the_earlier_ones_and_the_
 
 def test_the_command_says_in_one_error_line_how_many_rollouts_were_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
-    monkeypatch.setattr("services.pool.RolloutPool", lambda workers, **kw: InProcessPool())
+    monkeypatch.setattr("coevolve.services.pools.rollouts.RolloutPool", lambda workers, **kw: InProcessPool())
     monkeypatch.setattr(store_mod, "HarnessStore", FillsUp)
     FillsUp.room = 20  # two batches of 8
     root = tmp_path / "s"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_store.store import HarnessStore
+from coevolve.store.store import HarnessStore
 
 ARGS = ["--family", "iot", "--model", "synthetic/weak", "--proposer", "synthetic/meta",
         "--budget-rollouts", "900", "--train-batch", "12", "--val-n", "40", "--seed", "3", "--workers", "1"]
@@ -20,7 +20,7 @@ ARGS = ["--family", "iot", "--model", "synthetic/weak", "--proposer", "synthetic
 
 def coevolve(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    cli = "import sys; from cluster.cli import app; sys.exit(app(prog_name='coevolve'))"  # as the console script
+    cli = "import sys; from coevolve.cli.app import app; sys.exit(app(prog_name='coevolve'))"  # as the console script
     return subprocess.Popen([sys.executable, "-c", cli, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
                             start_new_session=True, **kw)

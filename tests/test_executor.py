@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from agents.context import apply_policy
-from agents.executor import Executor, RetryPolicy
-from agents.report import recorded_causes
-from harness_store.codec import encode
-from harness_store.edits import apply_edit
-from harness_store.values import AddHook, ContextPolicy, HarnessEdit, HookSpec, SetContextPolicy, SetMaxTurns
-from services.gateway import Gateway
-from tasks import get_family
+from coevolve.agents.context import apply_policy
+from coevolve.agents.executor import Executor, RetryPolicy
+from coevolve.analysis.summary import recorded_causes
+from coevolve.codec import encode
+from coevolve.edits import apply_edit
+from coevolve.services.gateway import Gateway
+from coevolve.tasks import get_family
+from coevolve.values import AddHook, ContextPolicy, HarnessEdit, HookSpec, SetContextPolicy, SetMaxTurns
 from tests.rollouts import rollout_all
 
 FAM = get_family("iot")
@@ -63,7 +63,7 @@ def test_transient_model_errors_are_retried():
 
 
 def test_persistent_model_errors_make_an_infra_trajectory_not_a_failure():
-    from agents.report import summarise
+    from coevolve.analysis.summary import summarise
 
     client = Flaky(fail=10**6)
     traj = run(Executor(client, FAST_RETRY), FAM.generate("val", 1)[0], FAM.baseline_harness(), "synthetic/expert")
@@ -175,13 +175,13 @@ def weak_val():
 
 @pytest.fixture(scope="module")
 def weak_val_keyed(weak_val):
-    from agents.counterfactual import with_counterfactuals
+    from coevolve.testbed.counterfactual import with_counterfactuals
 
     return with_counterfactuals(weak_val, FAM.baseline_harness())
 
 
 def test_resume_replays_the_prefix_verbatim_then_forces_one_turn_and_continues(weak_val_keyed):
-    from agents.executor import Resume, assistant_positions
+    from coevolve.agents.executor import Resume, assistant_positions
 
     traj = next(t for t in weak_val_keyed if not t.passed and t.ground_truth.get("decisive_turn"))
     t = traj.ground_truth["decisive_turn"]
@@ -219,7 +219,7 @@ def test_a_rollout_makes_one_model_call_per_recorded_turn_even_when_it_fails():
 
 
 def test_the_lazy_counterfactual_has_deviations_and_a_decisive_turn_that_really_repairs(weak_val_keyed):
-    from agents.executor import Resume
+    from coevolve.agents.executor import Resume
 
     failed = [t for t in weak_val_keyed if not t.passed]
     passed = [t for t in weak_val_keyed if t.passed]
@@ -231,8 +231,8 @@ def test_the_lazy_counterfactual_has_deviations_and_a_decisive_turn_that_really_
         turn = traj.ground_truth["decisive_turn"]
         assert turn in [d["turn"] for d in traj.ground_truth["deviations"]]
         oracle = traj.ground_truth["turns"][turn]["oracle"]
-        from agents.context import apply_policy
-        from agents.executor import assistant_positions, openai_tool
+        from coevolve.agents.context import apply_policy
+        from coevolve.agents.executor import assistant_positions, openai_tool
 
         h = FAM.baseline_harness()
         visible, _ = apply_policy(list(traj.messages[: assistant_positions(traj.messages)[turn]]), h.context)

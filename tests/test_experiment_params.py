@@ -5,7 +5,7 @@ parameters in one `error:` line, and part of the run's config only when set.
 
 The end-to-end test runs the whole matrix for one family at `size=0` with synthetic models, in this
 process: the rollout and role pools are replaced by in-process ones running the same executor, judge
-and expert (`agents.local`, `services.roles.RoleWorker`), so no Ray is needed."""
+and expert (`coevolve.agents.local`, `coevolve.services.pools.roles.RoleWorker`), so no Ray is needed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cluster.experiment import ExperimentConfig, load_config
+from coevolve.jobs.experiment import ExperimentConfig, load_config
 
 EXPERIMENT = Path(__file__).resolve().parent.parent / "deploy" / "experiments" / "synthetic.yaml"
 
@@ -50,7 +50,7 @@ def test_a_bad_parameter_is_one_line_naming_it(overrides, message):
 
 
 def test_every_family_of_the_experiment_must_have_the_parameter():
-    from tasks import external_family_names
+    from coevolve.tasks import external_family_names
 
     external = external_family_names()
     if not external:
@@ -60,7 +60,7 @@ def test_every_family_of_the_experiment_must_have_the_parameter():
 
 
 def test_the_command_refuses_a_bad_parameter_in_one_error_line_and_writes_nothing(tmp_path):
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     store = tmp_path / "store"
     res = CliRunner().invoke(app, ["experiment", "paper", "--config", str(EXPERIMENT), "--store", str(store),
@@ -72,7 +72,7 @@ def test_the_command_refuses_a_bad_parameter_in_one_error_line_and_writes_nothin
 
 
 def test_params_enter_the_run_config_only_when_set():
-    from agents.meta.loop import Budget, EvolveConfig
+    from coevolve.agents.meta.loop import Budget, EvolveConfig
 
     plain = ExperimentConfig()
     assert "params" not in plain.to_json()  # a config at the defaults is recorded as before the field
@@ -94,7 +94,7 @@ def test_params_enter_the_run_config_only_when_set():
 
 
 def test_the_evolution_draws_its_train_and_val_instances_at_the_params():
-    from agents.meta.loop import Budget, EvolveConfig, HarnessEvolution
+    from coevolve.agents.meta.loop import Budget, EvolveConfig, HarnessEvolution
 
     class Journal:
         def __getattr__(self, name):
@@ -114,7 +114,7 @@ def test_the_evolution_draws_its_train_and_val_instances_at_the_params():
 
 # ------------------------------------------------------------------------ the matrix at size=0
 class InProcessPool:
-    """`services.pool.RolloutPool` without Ray: the same executor in this process."""
+    """`coevolve.services.pools.rollouts.RolloutPool` without Ray: the same executor in this process."""
 
     def __init__(self, workers: int = 2, **_: object) -> None:
         from tests.rollouts import InProcessEvaluator
@@ -146,10 +146,10 @@ class InProcessPool:
 
 
 class InProcessRoles:
-    """`services.roles.RolePool` without Ray: one `RoleWorker` (the plain class the pool's actors run)."""
+    """`coevolve.services.pools.roles.RolePool` without Ray: one `RoleWorker` (the plain class the pool's actors run)."""
 
     def __init__(self, role: str, model: str, workers: int = 2, *, family: str | None = None, **_: object) -> None:
-        from services.roles import RoleWorker
+        from coevolve.services.pools.roles import RoleWorker
 
         self.worker = RoleWorker(role, model, family)
 
@@ -161,10 +161,12 @@ class InProcessRoles:
 
 
 def test_the_whole_matrix_runs_at_size_0_with_synthetic_models(tmp_path, monkeypatch):
-    from cluster import experiment, runtime
-    from harness_store.datasets import read_manifest, read_rows
-    from harness_store.store import HarnessStore
-    from services import pool, roles
+    from coevolve.cluster import runtime
+    from coevolve.jobs import experiment
+    from coevolve.services.pools import roles
+    from coevolve.services.pools import rollouts as pool
+    from coevolve.store.datasets import read_manifest, read_rows
+    from coevolve.store.store import HarnessStore
 
     pools: list[InProcessPool] = []
 

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 
 import pytest
 
-import agents.synthetic as synthetic
-from agents.expert import ExpertRewriter
-from agents.judge import Judge
-from tasks import get_family
+import coevolve.testbed.policy as synthetic
+from coevolve.agents.expert import ExpertRewriter
+from coevolve.agents.judge import Judge
+from coevolve.tasks import get_family
 from tests.rollouts import proposer_complete, rollout_all
 
 FAMILIES = ("iot", "payroll", "browser")

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents import hooks
-from agents.counterfactual import with_counterfactuals
-from agents.executor import NO_TOOL_NUDGE
-from agents.report import failure_causes, recorded_causes
-from agents.stats import pass_rate as rate_of
-from harness_store.edits import apply_edit
-from harness_store.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
-from tasks import family_names, get_family
+from coevolve.agents import hooks
+from coevolve.agents.executor import NO_TOOL_NUDGE
+from coevolve.analysis.stats import pass_rate as rate_of
+from coevolve.analysis.summary import failure_causes, recorded_causes
+from coevolve.edits import apply_edit
+from coevolve.tasks import family_names, get_family
+from coevolve.testbed.counterfactual import with_counterfactuals
+from coevolve.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
 from tests.rollouts import pass_rate, rollout_all
 
 FAMILIES = family_names()
@@ -100,7 +100,7 @@ def test_size_knob_grows_observations(family):
 # ------------------------------------------------------------------ the grader's report
 def test_reports_name_failed_requirements_and_no_generator_labels(family, val):
     """Knowing all but one fact fails some instance; its report says why, in a grader's words."""
-    from tasks.base import Knowledge
+    from coevolve.tasks.base import Knowledge
 
     labels = {t for i in family.generate("train") for t in family.answer_key(i)["traps"]}
     full = family.full_knowledge()

@@ -1,4 +1,4 @@
-"""Endpoint faults (services/faults.py, the synthetic provider, services/fault_proxy.py) and the gateway's
+"""Endpoint faults (coevolve/llm/faults.py, the synthetic provider, coevolve/services/fault_proxy.py) and the gateway's
 retries: injected faults are deterministic per (seed, request, attempt), every transport fault is
 retried as infra, results under faults equal the fault-free results, what a model wrote is never
 infra, and a full `coevolve evolve` under a 20% fault rate ends with the fault-free run's harness."""
@@ -18,12 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import Completion, ContextWindowExceeded, Executor, ModelUnavailable, RetryPolicy
-from agents.local import LocalEvaluator
-from agents.stats import pass_rate
-from services.faults import KINDS, FaultSpec, FaultSpecError, count_faults
-from services.gateway import Gateway, infra_kind
-from tasks import get_family
+from coevolve.agents.executor import (
+    Completion,
+    ContextWindowExceeded,
+    Executor,
+    ModelUnavailable,
+    RetryPolicy,
+)
+from coevolve.agents.local import LocalEvaluator
+from coevolve.analysis.stats import pass_rate
+from coevolve.llm.faults import KINDS, FaultSpec, FaultSpecError, count_faults
+from coevolve.services.gateway import Gateway, infra_kind
+from coevolve.tasks import get_family
 
 FAM = get_family("iot")
 QUICK = RetryPolicy(attempts=8, backoff_s=0.005, backoff_max_s=0.02, call_timeout_s=30)
@@ -181,7 +187,7 @@ class _SyntheticUpstream(BaseHTTPRequestHandler):
         self._send({"object": "list", "data": [{"id": "weak", "object": "model"}]})
 
     def do_POST(self):
-        from agents.synthetic import respond
+        from coevolve.testbed.policy import respond
 
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         reply = respond(req["model"], req["messages"], req.get("tools") or [], seed=int(req.get("seed") or 0))
@@ -218,7 +224,7 @@ def _rollouts_via(url: str, monkeypatch, jobs, retry=QUICK):
 
 
 def test_each_proxy_fault_reaches_the_gateway_as_a_retryable_infra_failure(upstream, monkeypatch):
-    from services.fault_proxy import FaultProxy
+    from coevolve.services.fault_proxy import FaultProxy
 
     monkeypatch.delenv("COEVOLVE_FAULTS", raising=False)
     msgs = [{"role": "user", "content": "hello (Task id: iot/val/0)"}]
@@ -235,7 +241,7 @@ def test_each_proxy_fault_reaches_the_gateway_as_a_retryable_infra_failure(upstr
 
 
 def test_rollouts_through_the_fault_proxy_equal_the_direct_rollouts(upstream, monkeypatch):
-    from services.fault_proxy import FaultProxy
+    from coevolve.services.fault_proxy import FaultProxy
 
     h = FAM.baseline_harness()
     jobs = [(i, h, 0) for i in FAM.generate("val", 8)]
@@ -252,7 +258,7 @@ def test_rollouts_through_the_fault_proxy_equal_the_direct_rollouts(upstream, mo
 
 
 def test_fault_proxy_command_line_refuses_a_bad_spec(capsys):
-    from services.fault_proxy import main
+    from coevolve.services.fault_proxy import main
 
     assert main(["--upstream", "http://127.0.0.1:9", "--faults", "boom=1"]) == 2
     assert capsys.readouterr().err.startswith("error: unknown fault kind 'boom'")
@@ -264,7 +270,7 @@ EVOLVE = ["evolve", "--family", "iot", "--model", "synthetic/weak", "--proposer"
 
 
 def _coevolve(store: Path, env: dict[str, str]) -> tuple[dict, float]:
-    cmd = [sys.executable, "-c", "import sys; from cluster.cli import app; sys.exit(app(prog_name='coevolve'))"]
+    cmd = [sys.executable, "-c", "import sys; from coevolve.cli.app import app; sys.exit(app(prog_name='coevolve'))"]
     started = time.perf_counter()
     proc = subprocess.run([*cmd, *EVOLVE, "--store", str(store)], check=False, capture_output=True, text=True, timeout=1200,
                           cwd=REPO, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env})
@@ -274,7 +280,7 @@ def _coevolve(store: Path, env: dict[str, str]) -> tuple[dict, float]:
 
 @pytest.mark.slow
 def test_evolve_under_a_20_percent_fault_rate_ends_with_the_fault_free_harness(tmp_path):
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     clean, clean_s = _coevolve(tmp_path / "clean", {"COEVOLVE_FAULTS": ""})
     log = tmp_path / "faults"

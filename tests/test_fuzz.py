@@ -28,10 +28,10 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agents.executor import Completion, Executor
-from harness_store.codec import decode, encode
-from harness_store.edits import HOOK_KINDS, EditError, apply_edit, edit_from_json, validate_harness
-from tasks import get_family
+from coevolve.agents.executor import Completion, Executor
+from coevolve.codec import decode, encode
+from coevolve.edits import HOOK_KINDS, EditError, apply_edit, edit_from_json, validate_harness
+from coevolve.tasks import get_family
 
 COUNTS: Counter[str] = Counter()
 # The number of cases, and whether they are drawn at random, come from the loaded hypothesis profile
@@ -84,7 +84,7 @@ overrides = st.lists(
 @FUZZ
 @given(text=serve_yaml, raw=st.one_of(st.none(), st.binary(max_size=40)), items=overrides)
 def test_serve_config_loader_gives_a_config_or_one_serving_error(text, raw, items):
-    from services.serving import ServeConfig, ServingError, load_serve_config
+    from coevolve.services.serving.app import ServeConfig, ServingError, load_serve_config
 
     COUNTS["serve_config"] += 1
     with tempfile.TemporaryDirectory() as d:
@@ -117,13 +117,12 @@ EVAL_OPTS = {
 @pytest.fixture()
 def stub_run(monkeypatch):
     """Validation is what is fuzzed: the run itself (Ray, rollouts, the store) is stubbed."""
-    import cluster.display
-    import cluster.jobs
-
-    monkeypatch.setattr(cluster.jobs, "run_eval", lambda plan, progress=True: [])
-    monkeypatch.setattr(cluster.jobs, "reference_result", lambda *a: {"family": a[0], "model": "reference"})
-    monkeypatch.setattr(cluster.display, "eval_table", lambda results: None)
-    monkeypatch.setattr(cluster.display, "suite_table", lambda rows: None)
+    import coevolve.cli.display
+    import coevolve.jobs
+    monkeypatch.setattr(coevolve.jobs, "run_eval", lambda plan, progress=True: [])
+    monkeypatch.setattr(coevolve.jobs, "reference_result", lambda *a: {"family": a[0], "model": "reference"})
+    monkeypatch.setattr(coevolve.cli.display, "eval_table", lambda results: None)
+    monkeypatch.setattr(coevolve.cli.display, "suite_table", lambda rows: None)
     monkeypatch.delenv("COEVOLVE_SERVE_URL", raising=False)
 
 
@@ -132,7 +131,7 @@ def stub_run(monkeypatch):
 def test_eval_arguments_exit_0_or_2_and_never_a_traceback(stub_run, data):
     from typer.testing import CliRunner
 
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     COUNTS["eval_args"] += 1
     args = ["eval"]
@@ -211,7 +210,7 @@ def test_harness_edits_give_an_edit_error_or_a_valid_harness(obj):
 @example(obj=CRASH_EXAMPLES[0], noise=("", ""), raw=None)
 @example(obj=CRASH_EXAMPLES[1], noise=("", ""), raw=None)
 def test_proposer_answers_give_proposals_never_an_exception(obj, noise, raw):
-    from agents.meta.proposer import parse_response
+    from coevolve.agents.meta.proposer import parse_response
 
     COUNTS["proposer_answers"] += 1
     text = raw if raw is not None else f"{noise[0]}{json.dumps({'edits': [obj]}, default=str, allow_nan=True)}{noise[1]}"
@@ -224,8 +223,8 @@ def test_proposer_answers_give_proposals_never_an_exception(obj, noise, raw):
 # --------------------------------------------------------------------------- judge and expert answers
 @pytest.fixture(scope="module")
 def failed():
-    from agents.judge import Judge  # noqa: F401 - import check
-    from services.gateway import Gateway
+    from coevolve.agents.judge import Judge  # noqa: F401 - import check
+    from coevolve.services.gateway import Gateway
 
     for inst in FAM.generate("val", 20):
         t = asyncio.run(Executor(Gateway()).rollout(inst, BASE, "synthetic/weak", 0))
@@ -272,7 +271,7 @@ def _fake_complete(data):
 @FUZZ
 @given(data=st.data())
 def test_judge_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
-    from agents.judge import UNKNOWN, Judge, RoleUsage
+    from coevolve.agents.judge import UNKNOWN, Judge, RoleUsage
 
     COUNTS["judge_answers"] += 1
     judge = Judge("fuzz/judge", _fake_complete(data))
@@ -291,8 +290,8 @@ def test_judge_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
 @FUZZ
 @given(data=st.data())
 def test_expert_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
-    from agents.expert import ExpertRewriter
-    from agents.judge import RoleUsage
+    from coevolve.agents.expert import ExpertRewriter
+    from coevolve.agents.judge import RoleUsage
 
     COUNTS["expert_answers"] += 1
     expert = ExpertRewriter("fuzz/expert", _fake_complete(data), FAM.handbook)
@@ -309,7 +308,7 @@ def test_expert_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
 @pytest.mark.parametrize("args", ['{"query": "sensor", "k": 1e400}', '{"query": "sensor", "k": "many"}', '{"query": 5}',
                                   '{"section": 5}', '{"k": 1' + "0" * 5000 + "}", "[" * 5000 + "]" * 5000, "null"])
 def test_bad_handbook_tool_arguments_are_error_observations(args):
-    from agents.handbook_tools import run_handbook_tool
+    from coevolve.agents.handbook_tools import run_handbook_tool
 
     for name in ("search_handbook", "read_handbook"):
         out = run_handbook_tool(FAM.handbook, name, args)
@@ -317,7 +316,7 @@ def test_bad_handbook_tool_arguments_are_error_observations(args):
 
 
 def _locus(traj):
-    from harness_store.values import FailureLocus
+    from coevolve.values import FailureLocus
 
     return FailureLocus(traj.id, len(traj.turns) - 1, "fuzz")
 
@@ -346,8 +345,8 @@ jsonl = st.one_of(
 @FUZZ
 @given(data=jsonl)
 def test_training_rows_give_rows_or_one_training_error(data):
-    from harness_store.values import TrainingRow
-    from services.training import TrainingError, dataset_hash, load_rows
+    from coevolve.services.training import TrainingError, dataset_hash, load_rows
+    from coevolve.values import TrainingRow
 
     COUNTS["training_rows"] += 1
     with tempfile.TemporaryDirectory() as d:
@@ -366,7 +365,7 @@ def test_training_rows_give_rows_or_one_training_error(data):
 def _cli(args, **kw):
     from typer.testing import CliRunner
 
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     return CliRunner().invoke(app, args, **kw)
 
@@ -477,7 +476,7 @@ def test_bad_train_configs_overrides_and_rows_are_one_error(tmp_path):
 def test_pool_actors_the_cluster_cannot_place_fail_with_what_was_asked(ray_session):
     import ray
 
-    from services.pool import ActorsNotReady, RolloutPool
+    from coevolve.services.pools.rollouts import ActorsNotReady, RolloutPool
 
     free = ray.available_resources().get("CPU", 0)
     with pytest.raises(ActorsNotReady, match=r"asked for 3 x 1 CPU = 3 CPUs; the cluster has 2 CPUs"):

@@ -8,7 +8,14 @@ import sys
 import time
 from pathlib import Path
 
-from cluster.head import HEAD_FILE, KEEPER_POLL_S, _alive, ensure_local_head, head_pids, stop_local_head
+from coevolve.cluster.head import (
+    HEAD_FILE,
+    KEEPER_POLL_S,
+    _alive,
+    ensure_local_head,
+    head_pids,
+    stop_local_head,
+)
 
 # A stand-in for a GCS server that hangs on SIGTERM (as Ray's does while it flushes its events), with a
 # child that renames nothing and names no port (as Ray's dashboard agent): both must end.
@@ -58,7 +65,7 @@ def _gone(pids: set[int], timeout: float) -> bool:
 
 
 def _store_with_runs(path, n):
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     st = HarnessStore(path, create=True)
     return st, [st.create_run("coevolve", {}) for _ in range(n)]
@@ -90,12 +97,12 @@ def test_the_keeper_ends_the_head_when_its_last_live_run_ends_and_not_before(tmp
 
 
 def test_a_run_whose_owner_died_is_not_live_and_two_starts_at_once_share_one_head(tmp_path):
-    owner = subprocess.Popen([sys.executable, "-c", "from harness_store.store import HarnessStore; import time; "
+    owner = subprocess.Popen([sys.executable, "-c", ("from coevolve.store.store import HarnessStore; import time; "
                               f"st = HarnessStore({str(tmp_path)!r}, create=True); run = st.create_run('coevolve', {{}}); "
-                              "st.claim_run(run); print(run, flush=True); time.sleep(600)"],
+                              "st.claim_run(run); print(run, flush=True); time.sleep(600)")],
                              stdout=subprocess.PIPE, text=True)
     run_id = owner.stdout.readline().strip()
-    start = ("import sys; from cluster.head import ensure_local_head; "
+    start = ("import sys; from coevolve.cluster.head import ensure_local_head; "
              f"print(ensure_local_head({str(tmp_path)!r}, {run_id!r}, num_cpus=1)[0])")
     racers = [subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     addresses = {r.communicate(timeout=180)[0].strip() for r in racers}

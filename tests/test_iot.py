@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks import get_family
-from tasks.base import Knowledge
-from tasks.iot import detect
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge
+from coevolve.tasks.iot import detect
 
 FAM = get_family("iot")
-GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "iot" / "golden.json").read_text())["instances"]
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "coevolve" / "tasks" / "iot" / "golden.json").read_text())["instances"]
 TRAP_FACT = {
     "spike": "sustained_only",
     "boundary": "inclusive_ranges",

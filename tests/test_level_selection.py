@@ -66,7 +66,7 @@ def test_cells_run_as_evals_and_a_rerun_measures_nothing_again(tmp_path, capsys)
     printed = json.loads(capsys.readouterr().out)
     # cells smaller than the rule's 50 x 2 decide nothing (a pilot), whatever their rates
     assert printed["decision"] == {"level": None, "families": [], "complete": False, "qualifying": {"L0": []}}
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     with HarnessStore(store, create=False) as hs:
         runs = hs.list_runs("eval")
@@ -88,14 +88,14 @@ def test_bad_arguments_are_one_error_line(tmp_path, capsys):
     ("size", "is not key=value"), ("size=x", "not an integer"), ("size=0,size=1", "twice"), ("=0", "is not key=value"),
 ])
 def test_eval_params_refuse_bad_text(text, error):
-    from cluster.jobs import parse_params
+    from coevolve.jobs import parse_params
 
     with pytest.raises(ValueError, match=error):
         parse_params(text)
 
 
 def test_eval_params_are_checked_against_the_family_before_any_work(tmp_path):
-    from cluster.jobs import EvalRequest, parse_params, validate_eval
+    from coevolve.jobs import EvalRequest, parse_params, validate_eval
 
     assert parse_params(" size=0, difficulty=1 ,") == (("difficulty", 1), ("size", 0))
     for params, error in [((("shards", 1),), "has no parameter 'shards'"), ((("size", 99),), "out of range")]:

@@ -3,9 +3,16 @@ are cut to a stated size with a marker that says how much was cut (issue 24.5)."
 
 from __future__ import annotations
 
-from harness_store.values import ToolSpec
-from tasks import get_family
-from tasks.base import MAX_OBSERVATION_CHARS, MAX_REASON_CHARS, Requirement, TaskEnv, ToolResult, graded
+from coevolve.tasks import get_family
+from coevolve.tasks.base import (
+    MAX_OBSERVATION_CHARS,
+    MAX_REASON_CHARS,
+    Requirement,
+    TaskEnv,
+    ToolResult,
+    graded,
+)
+from coevolve.values import ToolSpec
 
 BIG = 1_155_817
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from agents.report import recorded_causes
-from agents.synthetic import learn_adapter
-from harness_store.edits import apply_edit
-from harness_store.values import Harness, HarnessEdit, SetSection
-from tasks import get_family
-from tasks.base import Concept, Rule
+from coevolve.analysis.summary import recorded_causes
+from coevolve.edits import apply_edit
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Concept, Rule
+from coevolve.testbed.policy import learn_adapter
+from coevolve.values import Harness, HarnessEdit, SetSection
 from tests.rollouts import pass_rate, rollout_all
 
 FAMILIES = ("payroll", "budget", "stock", "iot", "browser", "website", "refactor")

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import Completion
-from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from agents.meta.acceptance import PairedResult, SignTest, sign_test_p
-from agents.meta.proposer import parse_response, proposer_messages
-from agents.usage import edit_usage
-from harness_store.store import HarnessStore
-from harness_store.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
-from tasks import get_family
+from coevolve.agents.executor import Completion
+from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+from coevolve.agents.meta.acceptance import PairedResult, SignTest, sign_test_p
+from coevolve.agents.meta.proposer import parse_response, proposer_messages
+from coevolve.analysis.usage import edit_usage
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
+from coevolve.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
 from tests.rollouts import InProcessEvaluator, proposer_complete, rollout_all
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proposer"
@@ -171,7 +171,7 @@ def test_edit_usage_rates():
     hook = HarnessEdit((AddHook(HookSpec("before_call", "validate_args")),))
     fact = next(f for f in IOT.facts if f.id == "sustained_only")
     recipe = HarnessEdit((AddRecipe(Recipe(fact.id, fact.statement)),))
-    from harness_store.edits import apply_edit
+    from coevolve.edits import apply_edit
 
     h = apply_edit(apply_edit(base, hook), recipe)
     val = IOT.generate("val", 40)

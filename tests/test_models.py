@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def cli() -> typer.Typer:
-    from cluster.cli_models import register
+    from coevolve.cli.models import register
 
     app = typer.Typer()
     register(app)

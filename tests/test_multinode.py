@@ -6,7 +6,7 @@ The scenario runs in a subprocess of its own: the session's single-node Ray (`ra
 four-node cluster cannot share one driver, and a subprocess leaves nothing behind for later tests. The
 cluster keeps Ray's token authentication on, with a token of its own (owner-only file in the test's tmp
 dir, `RAY_AUTH_TOKEN_PATH`) that every node and worker inherits, and binds every node to loopback. The
-driver attaches through `cluster.runtime.start_ray(address=...)`, the CLI's path to a remote cluster.
+driver attaches through `coevolve.cluster.runtime.start_ray(address=...)`, the CLI's path to a remote cluster.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ SCENARIO_TIMEOUT_S = 480  # guards against a hang; on 2 idle cores the scenario 
 
 
 def test_executors_spread_roles_placed_and_a_node_loss_loses_no_rollout(tmp_path):
-    from harness_store.codec import decode
-    from tasks import get_family
+    from coevolve.codec import decode
+    from coevolve.tasks import get_family
     from tests.rollouts import rollout_all
 
     out = tmp_path / "result.json"
@@ -73,8 +73,8 @@ def test_executors_spread_roles_placed_and_a_node_loss_loses_no_rollout(tmp_path
 def test_placement_options_are_checked_before_any_actor_starts():
     import pytest
 
-    from services.pool import RolloutPool, avoiding
-    from services.roles import RolePool
+    from coevolve.services.pools.roles import RolePool
+    from coevolve.services.pools.rollouts import RolloutPool, avoiding
 
     with pytest.raises(ValueError, match="scheduling"):
         RolloutPool(1, scheduling="PACK")
@@ -146,11 +146,11 @@ def scenario(out: Path) -> None:
 
     from ray.cluster_utils import Cluster
 
-    from cluster.runtime import LOOPBACK, start_ray, stop_ray
-    from harness_store.codec import encode
-    from services.pool import RolloutJob, RolloutPool
-    from services.roles import RolePool
-    from tasks import get_family
+    from coevolve.cluster.runtime import LOOPBACK, start_ray, stop_ray
+    from coevolve.codec import encode
+    from coevolve.services.pools.roles import RolePool
+    from coevolve.services.pools.rollouts import RolloutJob, RolloutPool
+    from coevolve.tasks import get_family
 
     t0 = time.monotonic()
     timings: dict[str, float] = {}

@@ -1,4 +1,4 @@
-"""Ray is closed by default (cluster/runtime.py, deploy/SECURITY.md).
+"""Ray is closed by default (coevolve/cluster/runtime.py, deploy/SECURITY.md).
 
 The embedded Ray of the test session plus a Serve app: every listening socket of its processes (the
 driver, every process started with the session's directory, and all their descendants) is on loopback,
@@ -92,7 +92,7 @@ def _machine_address() -> str | None:
 
 
 def _token() -> str:
-    from cluster.runtime import token_path
+    from coevolve.cluster.runtime import token_path
 
     return os.environ.get("RAY_AUTH_TOKEN") or token_path().read_text().strip()
 
@@ -129,7 +129,7 @@ def _refuses_without_token(host: str, port: int) -> tuple[bool, dict[str, str]]:
 def serve_app(ray_session):
     from ray import serve
 
-    from services.serving import _free_port
+    from coevolve.services.serving.app import _free_port
 
     port = _free_port("127.0.0.1")
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -219,17 +219,17 @@ def test_a_fresh_token_is_owner_only_and_attaching_without_one_is_one_error(tmp_
     env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_TOKEN_PATH": str(tmp_path / "ray" / "token")}
     env.pop("RAY_AUTH_TOKEN", None)
     env.pop("RAY_AUTH_MODE", None)
-    r = _py("from cluster.runtime import _ensure_local_token, token_path; import os; _ensure_local_token(); "
+    r = _py("from coevolve.cluster.runtime import _ensure_local_token, token_path; import os; _ensure_local_token(); "
             "print(oct(os.stat(token_path()).st_mode & 0o777), len(token_path().read_text()))", env)
     assert r.returncode == 0 and r.stdout.splitlines()[-1].split() == ["0o600", "64"], r.stderr[-2000:]
     env["RAY_AUTH_TOKEN_PATH"] = str(tmp_path / "missing")
     store = tmp_path / "store"
-    cli = "import sys; from cluster.cli import app; sys.exit(app(prog_name='coevolve'))"
+    cli = "import sys; from coevolve.cli.app import app; sys.exit(app(prog_name='coevolve'))"
     r = subprocess.run([sys.executable, "-c", cli, "eval", "--n", "1", "--address", "10.255.255.1:6379",
                         "--store", str(store)], capture_output=True, text=True, timeout=300, check=False, env=env,
                        cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == 2 and r.stderr.strip().startswith("error: attaching to Ray at 10.255.255.1:6379 needs"), r.stderr
     assert not store.exists()
     env["RAY_AUTH_MODE"] = "disabled"  # an explicit opt-out skips the check (and warns when Ray starts)
-    r = _py("from cluster.runtime import check_token; check_token('10.255.255.1:6379'); print('ok')", env)
+    r = _py("from coevolve.cluster.runtime import check_token; check_token('10.255.255.1:6379'); print('ok')", env)
     assert r.stdout.strip() == "ok", r.stderr

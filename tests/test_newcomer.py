@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness_store.store import HarnessStore, StoreError, is_fresh_store_dir
+from coevolve.store.store import HarnessStore, StoreError, is_fresh_store_dir
 
 REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c", "from cluster.cli import main; main()"]  # what the `coevolve` script runs
+CLI = [sys.executable, "-c", "from coevolve.cli.app import main; main()"]  # what the `coevolve` script runs
 
 
 def coevolve(*args: str, cwd: Path, **kw) -> subprocess.Popen:
@@ -154,7 +154,7 @@ def test_log_json_stderr_is_json_lines_worker_lines_included(tmp_path):
 
 
 def test_worker_lines_become_json_objects():
-    from services.logs import worker_lines_as_json
+    from coevolve.services.logs import worker_lines_as_json
 
     batch = {
         "pid": "4242", "ip": "10.0.0.2", "localhost": "10.0.0.1", "is_err": True, "actor_name": "RolloutWorker",
@@ -250,7 +250,7 @@ def test_interrupted_eval_is_recorded_as_interrupted(tmp_path):
 
 # ------------------------------------------------------------------------------------ units
 def test_gains_are_printed_in_points(capsys):
-    from cluster.display import _pts, transfer_table
+    from coevolve.cli.display import _pts, transfer_table
 
     assert _pts(0.123) == "+12.3 pts" and _pts(-0.05) == "-5.0 pts" and _pts(0.0) == "+0.0 pts"
     transfer_table([{"family": "iot", "model": "synthetic/weak", "baseline": 0.3, "evolved": 0.78, "gain": 0.48}])

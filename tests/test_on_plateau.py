@@ -10,10 +10,10 @@ import dataclasses
 import pytest
 from structlog.testing import capture_logs
 
-from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from agents.meta.acceptance import BootstrapTest, FamilyRule, PairedResult, SignTest, min_wins
-from harness_store.store import HarnessStore
-from tasks import get_family
+from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+from coevolve.agents.meta.acceptance import BootstrapTest, FamilyRule, PairedResult, SignTest, min_wins
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
 from tests.rollouts import InProcessEvaluator, proposer_complete
 from tests.test_meta import Crash, CrashingEvaluator, Recorded
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
-from tasks import get_family
-from tasks.base import Knowledge
-from tasks.payroll import ERROR_TYPES, TRAPS, audit
+from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge
+from coevolve.tasks.payroll import ERROR_TYPES, TRAPS, audit
 
 FAM = get_family("payroll")
 FULL = FAM.full_knowledge()
-GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "payroll" / "golden.json").read_text())[
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "coevolve" / "tasks" / "payroll" / "golden.json").read_text())[
     "instances"
 ]
 TRAP_FACT = {

@@ -7,8 +7,8 @@ import threading
 import pytest
 import ray
 
-from services.pool import RolloutJob, RolloutPool
-from tasks import get_family
+from coevolve.services.pools.rollouts import RolloutJob, RolloutPool
+from coevolve.tasks import get_family
 from tests.rollouts import rollout_all
 
 FAM = get_family("iot")

@@ -8,17 +8,17 @@ import re
 
 import pytest
 
-from agents.meta import synthetic_meta
-from agents.meta.proposer import (
+from coevolve.agents.meta.proposer import (
     PROMPT,
     catalogue_from_messages,
     parse_response,
     proposer_messages,
     tool_catalogue,
 )
-from harness_store.edits import OP_MODELS, apply_edit, edit_from_json
-from tasks import get_family
-from tasks.helpers import SMALL_LEVEL_FAMILIES, optional_tools
+from coevolve.edits import OP_MODELS, apply_edit, edit_from_json
+from coevolve.tasks import get_family
+from coevolve.tasks.helpers import SMALL_LEVEL_FAMILIES, optional_tools
+from coevolve.testbed import meta as synthetic_meta
 
 
 def test_every_edit_op_is_documented_in_the_proposer_prompt():

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
-from tasks import get_family
-from tasks.base import Knowledge, ToolArgError
-from tasks.refactor import CHANGELOG, apply_patch, make_patch, original_files, refactored_files
-from tasks.refactor.plan import FULL as PLAN_FULL
+from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge, ToolArgError
+from coevolve.tasks.refactor import CHANGELOG, apply_patch, make_patch, original_files, refactored_files
+from coevolve.tasks.refactor.plan import FULL as PLAN_FULL
 
 FAM = get_family("refactor")
 FULL = FAM.full_knowledge()
-GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "refactor" / "golden.json").read_text())["instances"]
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "coevolve" / "tasks" / "refactor" / "golden.json").read_text())["instances"]
 TRAP_FACT = {
     "all_list": "string_references",
     "namesake": "method_namesake",
@@ -488,8 +488,8 @@ LOUD = 'def test_loud():\n    for i in range(99999):\n        print("\\n[sandbox
 
 
 def test_a_short_test_cannot_flood_the_run_tests_observation():
-    from tasks.refactor.env import RUN_TESTS_CHARS
-    from tasks.sandbox import MAX_STOPPED_CHARS
+    from coevolve.sandbox import MAX_STOPPED_CHARS
+    from coevolve.tasks.refactor.env import RUN_TESTS_CHARS
 
     assert len(LOUD) == 137
     env = FAM.make_env(instance_with(kind="rename"))
@@ -515,7 +515,7 @@ def test_a_checker_reason_holds_a_bounded_piece_of_what_the_package_raised():
 
 # ------------------------------------------------------------------ results that do not depend on the clock
 def test_sandbox_report_and_stop_reason_hold_no_measured_duration():
-    from tasks.sandbox import SandboxResult, TestResult
+    from coevolve.sandbox import SandboxResult, TestResult
 
     tests = (TestResult("tests/test_a.py::test_one", "passed"), TestResult("tests/test_a.py::test_two", "failed", "boom"))
     quick = SandboxResult(0, "", "", 0.01, tests=tests)
@@ -530,8 +530,8 @@ def test_sandbox_report_and_stop_reason_hold_no_measured_duration():
 def _evolve_refactor(root: Path) -> tuple[str, int, float, int]:
     """A small refactor evolution (seed 1 accepts two edits), in-process: final harness id, rollouts,
     evolved val, accepted edits."""
-    from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-    from harness_store.store import HarnessStore
+    from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+    from coevolve.store.store import HarnessStore
     from tests.rollouts import InProcessEvaluator, proposer_complete
 
     config = EvolveConfig(family="refactor", model="synthetic/weak", seed=1, train_batch=8, val_n=12, candidates=2,
@@ -551,7 +551,7 @@ def test_refactor_evolution_is_the_same_on_a_quiet_and_a_loaded_machine(tmp_path
     import subprocess
     import sys
 
-    from tasks import sandbox
+    from coevolve import sandbox
 
     quiet = _evolve_refactor(tmp_path / "quiet")
 

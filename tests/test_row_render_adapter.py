@@ -10,17 +10,17 @@ import json
 
 from typer.testing import CliRunner
 
-from agents.correction import correction_row, full_row
-from agents.executor import Executor
-from cluster import cli_models
-from cluster.cli import app
-from harness_store.codec import decode, encode
-from harness_store.edits import apply_edit, edit_from_json
-from harness_store.store import HarnessStore
-from harness_store.values import AdapterRef, DecodingPolicy, FailureLocus
-from services.gateway import Gateway
-from services.training import train_adapter
-from tasks import get_family
+from coevolve.agents.correction import correction_row, full_row
+from coevolve.agents.executor import Executor
+from coevolve.cli import models as cli_models
+from coevolve.cli.app import app
+from coevolve.codec import decode, encode
+from coevolve.edits import apply_edit, edit_from_json
+from coevolve.services.gateway import Gateway
+from coevolve.services.training import train_adapter
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
+from coevolve.values import AdapterRef, DecodingPolicy, FailureLocus
 
 CONSTRAINED = {"tool_calls": "constrained", "temperature": 0.7, "max_tokens": 512}
 

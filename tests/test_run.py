@@ -28,7 +28,7 @@ def coevolve(*args: str, timeout: float = 900, env: dict[str, str] | None = None
 
 
 def finals(store: Path) -> dict:
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     st = HarnessStore(store, create=False)
     run = st.list_runs("coevolve")[0]
@@ -37,7 +37,7 @@ def finals(store: Path) -> dict:
 
 
 def stop_head(store: Path) -> None:
-    from cluster.head import stop_local_head
+    from coevolve.cluster.head import stop_local_head
 
     stop_local_head(store)
 
@@ -45,12 +45,12 @@ def stop_head(store: Path) -> None:
 def heads_left(store: Path, timeout: float = 30) -> list[int]:
     """The pids of every process of a head the store's runs started that is still alive after `timeout`
     seconds: its gcs_server, raylet and their descendants (by the head's port), and its keeper (by the
-    keeper log's pid and by a `cluster.head keep STORE` command line)."""
-    from cluster.head import KEEPER_LOG, _alive, _processes, head_pids, keeper_ports
+    keeper log's pid and by a `coevolve.cluster.head keep STORE` command line)."""
+    from coevolve.cluster.head import KEEPER_LOG, _alive, _processes, head_pids, keeper_ports
 
     keepers = {int(line.split()[1].rstrip(":")) for line in (store / KEEPER_LOG).read_text().splitlines()}
     assert keeper_ports(store), "no head was started"
-    keeper_cmd = f"cluster.head keep {store.resolve()}"
+    keeper_cmd = f"coevolve.cluster.head keep {store.resolve()}"
     deadline = time.monotonic() + timeout
     while True:
         left = {p for port in keeper_ports(store) for p in head_pids(port)} | {k for k in keepers if _alive(k)}
@@ -104,7 +104,7 @@ def test_monitor_from_another_process_shows_every_role_and_a_killed_meta_agent_r
         # kill the meta-agent mid-cycle (its pools die with it), then resume from the store
         killed = subprocess.run(
             [sys.executable, "-c", (
-                "import json, ray, sys; from cluster.head import read_head; from cluster.runtime import start_ray; "
+                "import json, ray, sys; from coevolve.cluster.head import read_head; from coevolve.cluster.runtime import start_ray; "
                 "from services import meta_agent; "
                 f"start_ray(read_head({str(store)!r})['address'], log_to_driver=False); "
                 f"a = meta_agent.find({run_id!r}); ray.kill(a, no_restart=True); print('killed')"
@@ -133,8 +133,8 @@ def test_two_runs_on_one_store_share_a_head_that_ends_when_both_have_ended_with_
     followed = subprocess.Popen([BIN, "run", *tiny, "--store", str(store), "--json"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "COEVOLVE_LOG_LEVEL": "warning"})
     try:
-        from cluster.head import keeper_ports
-        from harness_store.store import HarnessStore
+        from coevolve.cluster.head import keeper_ports
+        from coevolve.store.store import HarnessStore
 
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not (store / "ray-head.json").exists():
@@ -162,7 +162,7 @@ def test_a_run_whose_meta_agent_fails_is_recorded_failed_and_leaves_no_head(tmp_
     """The fifth ending: the meta-agent raises (its rollout actors ask for a resource no node has, so
     they are never placed within the readiness timeout). The run is stored as failed, the client says so
     with the run's id and exits 1 (with --json too), and no process of the head is left."""
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     store = tmp_path / "store"
     out = coevolve("run", *SMALL, "weak.resources={nosuch: 1}", "--store", str(store), "--json", timeout=600,

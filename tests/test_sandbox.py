@@ -1,4 +1,4 @@
-"""The sandbox for model-written code contains hostile code (tasks/sandbox.py).
+"""The sandbox for model-written code contains hostile code (coevolve/sandbox/__init__.py).
 
 Every hostile snippet runs through `run_python` and through `run_tests` (as the body of a test function),
 and each case asserts on effects on the host: the file outside was not written, the secret and the fake
@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from tasks import sandbox
+from coevolve import sandbox
 
 FAKE_KEY = "sk-fake-" + uuid.uuid4().hex
 SECRET = "coevolve-store-secret-" + uuid.uuid4().hex
@@ -568,7 +568,7 @@ def test_a_parse_that_lost_the_ast_race_is_repeated_and_other_errors_are_not(mon
     """CPython 3.11.7's AST constructor raises a spurious SystemError when two threads parse at once."""
     import ast
 
-    from tasks.sandbox import parse_python
+    from coevolve.sandbox import parse_python
 
     real, calls = ast.parse, []
 

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from harness_store.store import HarnessStore
-from tasks import get_family
+from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
 from tests.rollouts import InProcessEvaluator, proposer_complete
 from tests.test_meta import Crash, CrashingEvaluator
 
 ROOT = Path(__file__).resolve().parent.parent
 IOT = get_family("iot")
-BEFORE = "57b986514d959b5f368f52a720bb41dc706baa3d"  # the last agents/meta/loop.py before the screen
+BEFORE = "57b986514d959b5f368f52a720bb41dc706baa3d"  # the last coevolve/agents/meta/loop.py before the screen
 
 
 def config(**kw):
@@ -70,7 +70,7 @@ def test_screen_0_journals_what_the_loop_did_before_the_screen(tmp_path):
 
     # the loop of the commit before the screen, run on the same config, journals the same events
     try:
-        source = subprocess.run(["git", "show", f"{BEFORE}:agents/meta/loop.py"], cwd=ROOT, capture_output=True,
+        source = subprocess.run(["git", "show", f"{BEFORE}:coevolve/agents/meta/loop.py"], cwd=ROOT, capture_output=True,
                                 text=True, check=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         pytest.skip("the loop before the screen is not in this checkout's git history")
@@ -161,7 +161,7 @@ def test_a_run_killed_after_a_screen_resumes_to_the_same_harness_and_spend(tmp_p
         [e.payload for e in ref_store.events(reference.run_id, "decision")]
 
 def test_the_cli_refuses_a_screen_out_of_range_in_one_line(tmp_path):
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     runner = CliRunner()
     for bad in ("-1", "65"):

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import Completion, Executor
-from harness_store.codec import encode
-from tasks import get_family
+from coevolve.agents.executor import Completion, Executor
+from coevolve.codec import encode
+from coevolve.tasks import get_family
 
 ENV_KEY = "sk-fake-coevolve-env-" + uuid.uuid4().hex
 FILE_KEY = "sk-fake-coevolve-file-" + uuid.uuid4().hex
@@ -43,8 +43,7 @@ def secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", ENV_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "")  # recorded, so that what load_secrets sets is undone
     monkeypatch.delenv("ANTHROPIC_API_KEY")
-    import services.gateway as gw
-
+    import coevolve.services.gateway as gw
     monkeypatch.setattr(gw, "_loaded_secrets", set())
     return f
 
@@ -55,7 +54,7 @@ def _hits(data: bytes | str) -> list[str]:
 
 
 def test_secrets_file_loads_without_overriding_the_environment(secrets, monkeypatch, tmp_path):
-    from services.gateway import load_secrets, redact
+    from coevolve.services.gateway import load_secrets, redact
 
     monkeypatch.setenv("OPENAI_API_KEY", "from-the-environment")
     secrets.write_text(secrets.read_text() + "OPENAI_API_KEY=from-the-file\nnot a line\n=x\n")
@@ -68,8 +67,8 @@ def test_secrets_file_loads_without_overriding_the_environment(secrets, monkeypa
 
 
 def test_a_key_in_an_error_message_leaves_the_gateway_redacted(secrets):
-    from agents.executor import ModelUnavailable, RetryPolicy
-    from services.gateway import Gateway
+    from coevolve.agents.executor import ModelUnavailable, RetryPolicy
+    from coevolve.services.gateway import Gateway
 
     gateway = Gateway(retry=RetryPolicy(attempts=2, backoff_s=0.001))
     gateway.warm_up()
@@ -81,13 +80,13 @@ def test_a_key_in_an_error_message_leaves_the_gateway_redacted(secrets):
 def test_worker_env_carries_no_key_and_actors_get_keys_from_the_secrets_file(secrets, ray_session):
     import ray
 
-    from services.pool import worker_env
+    from coevolve.services.pools.rollouts import worker_env
 
     env = worker_env()
     assert env["COEVOLVE_SECRETS_FILE"] == str(secrets) and not _hits(json.dumps(env))
 
     def probe() -> dict[str, bool]:  # what the gateway of a pool actor sees (booleans, never values)
-        from services.gateway import _lib
+        from coevolve.services.gateway import _lib
 
         _lib()
         return {"file_key": os.environ.get("ANTHROPIC_API_KEY", "").startswith("sk-fake-coevolve-file-")}
@@ -130,8 +129,8 @@ class _Hostile:
 
 
 def test_hostile_agent_on_the_refactor_family_gets_no_secret_back(secrets):
-    from cluster.runtime import token_path
-    from services.gateway import load_secrets
+    from coevolve.cluster.runtime import token_path
+    from coevolve.services.gateway import load_secrets
 
     load_secrets()
     assert os.environ["ANTHROPIC_API_KEY"] == FILE_KEY and os.environ["GEMINI_API_KEY"] == ENV_KEY
@@ -151,7 +150,7 @@ def test_hostile_agent_on_the_refactor_family_gets_no_secret_back(secrets):
 
 # ------------------------------------------------------------------------------ the CLI, end to end
 def _coevolve(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-c", "import sys; from cluster.cli import app; sys.exit(app(prog_name='coevolve'))"]
+    cmd = [sys.executable, "-c", "import sys; from coevolve.cli.app import app; sys.exit(app(prog_name='coevolve'))"]
     return subprocess.run([*cmd, *args], check=False, capture_output=True, text=True, timeout=1500, cwd=REPO, env=env)
 
 
@@ -169,7 +168,7 @@ def _scan(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_eval_and_evolve_write_no_key_anywhere(secrets, tmp_path):
-    from harness_store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
     ray_tmp = Path(tempfile.mkdtemp(prefix="cvs-", dir="/tmp"))  # short: Ray's socket paths must fit
     try:

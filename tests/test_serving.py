@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.serving import apply_serve_env_defaults
+from coevolve.services.serving.app import apply_serve_env_defaults
 from tests.lifecycle_fixtures import (
     tiny_model,  # noqa: F401 - fixture
     write_rows,
@@ -31,8 +31,8 @@ MEMORISE = {"lr": 3e-3, "epochs": 2, "repeat": 150, "dropout": 0.0, "rank": 16, 
 
 # --------------------------------------------------------------------------------- pure parts
 def test_litellm_route_from_env_and_state_file(tmp_path, monkeypatch):
-    from harness_store.values import ModelRef
-    from services.serving import STATE_FILE, ServingError, litellm_route
+    from coevolve.services.serving.app import STATE_FILE, ServingError, litellm_route
+    from coevolve.values import ModelRef
 
     monkeypatch.delenv("COEVOLVE_SERVE_URL", raising=False)
     with pytest.raises(ServingError, match="no vLLM server known"):
@@ -51,7 +51,7 @@ def test_litellm_route_from_env_and_state_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("profile", ["cpu-tiny", "cpu-smollm2", "gpu"])
 def test_profiles_load_and_build_llm_configs(profile, tmp_path):
-    from services.serving import llm_configs, load_serve_config
+    from coevolve.services.serving.app import llm_configs, load_serve_config
 
     cfg = load_serve_config(REPO / "deploy" / "serve" / f"{profile}.yaml")
     assert cfg.host == "127.0.0.1"
@@ -67,7 +67,7 @@ def test_profiles_load_and_build_llm_configs(profile, tmp_path):
 
 
 def test_bad_serve_config_is_one_clear_error(tmp_path):
-    from services.serving import ServingError, load_serve_config
+    from coevolve.services.serving.app import ServingError, load_serve_config
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("models: [{model_id: 'a:b', source: x}]\n")
@@ -86,7 +86,7 @@ def test_local_lora_filesystem_patch(tmp_path):
 
     import pyarrow.fs as pa_fs
 
-    from services.serving import import_serve_llm
+    from coevolve.services.serving.app import import_serve_llm
 
     root = logging.getLogger()
     before = (list(root.handlers), root.level)
@@ -108,8 +108,8 @@ def test_local_lora_filesystem_patch(tmp_path):
 @pytest.fixture(scope="module")
 def served_tiny(tmp_path_factory, tiny_model, ray_session):
     """One vLLM server (tiny model, LoRA on) for the module, with its state file in a fresh store."""
-    from harness_store.store import HarnessStore
-    from services.serving import load_serve_config, start_serving, stop_serving
+    from coevolve.services.serving.app import load_serve_config, start_serving, stop_serving
+    from coevolve.store.store import HarnessStore
 
     store_dir = tmp_path_factory.mktemp("serve-store")
     store = HarnessStore(store_dir)
@@ -133,7 +133,7 @@ def served_tiny(tmp_path_factory, tiny_model, ray_session):
 
 
 def _ask(model: str, row: dict, **kw):
-    from services.gateway import Gateway
+    from coevolve.services.gateway import Gateway
 
     return Gateway(timeout_s=120).complete(
         model, prompt_messages(row), TOOLS, temperature=0.0, max_tokens=64, **kw
@@ -151,7 +151,7 @@ def _calls(completion) -> list[tuple[str, dict]]:
 def test_trained_adapter_is_served_by_id_and_returns_the_memorised_tool_call(served_tiny, tmp_path):
     """rows -> Ray Train LoRA job -> store -> served as vllm/tiny@<id> with no restart -> the gateway
     (litellm) gets the row's target tool call back as a parsed tool call; the base model does not."""
-    from services.training import train_adapter
+    from coevolve.services.training import train_adapter
 
     rows = target_rows()
     base_replies = [_ask("vllm/tiny", r) for r in rows]
@@ -179,7 +179,7 @@ def test_trained_adapter_is_served_by_id_and_returns_the_memorised_tool_call(ser
 
 @pytest.mark.slow
 def test_unknown_adapter_is_an_error_not_a_crash(served_tiny):
-    from services.gateway import Gateway
+    from coevolve.services.gateway import Gateway
 
     with pytest.raises(Exception, match="(?i)not.?found|404|unable|does not exist|invalid"):
         Gateway(timeout_s=60).complete("vllm/tiny@no-such-adapter", prompt_messages(target_rows()[0]), TOOLS)

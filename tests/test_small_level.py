@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness_store.edits import apply_edit, edit_from_json
-from tasks import get_family
-from tasks.base import Knowledge
-from tasks.helpers import (
+from coevolve.edits import apply_edit, edit_from_json
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge
+from coevolve.tasks.helpers import (
     LEVELS,
     SMALL_LEVEL_FAMILIES,
     add_tool_ops,

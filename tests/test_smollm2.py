@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.serving import apply_serve_env_defaults
+from coevolve.services.serving.app import apply_serve_env_defaults
 from tests.lifecycle_fixtures import write_rows
 from tests.lifecycle_rows import TOOLS, prompt_messages, target_call, target_rows
 
@@ -35,7 +35,7 @@ MEMORISE = {
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory) -> Path:
-    from services.models import import_smollm2, smollm2_gguf_path
+    from coevolve.services.serving.models import import_smollm2, smollm2_gguf_path
 
     try:
         smollm2_gguf_path()
@@ -46,8 +46,8 @@ def smollm2(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def served_smollm2(tmp_path_factory, smollm2, ray_session):
-    from harness_store.store import HarnessStore
-    from services.serving import load_serve_config, start_serving, stop_serving
+    from coevolve.services.serving.app import load_serve_config, start_serving, stop_serving
+    from coevolve.store.store import HarnessStore
 
     store_dir = tmp_path_factory.mktemp("smol-store")
     store = HarnessStore(store_dir)  # before serving writes into the folder
@@ -67,7 +67,7 @@ def served_smollm2(tmp_path_factory, smollm2, ray_session):
 
 
 def _calls(model: str, row: dict) -> list[tuple[str, dict]]:
-    from services.gateway import Gateway
+    from coevolve.services.gateway import Gateway
 
     reply = Gateway(timeout_s=300).complete(
         model, prompt_messages(row), TOOLS, temperature=0.0, max_tokens=64
@@ -83,7 +83,7 @@ def _calls(model: str, row: dict) -> list[tuple[str, dict]]:
 
 @pytest.mark.slow
 def test_smollm2_e2e_adapter_returns_the_memorised_tool_call(served_smollm2, tmp_path):
-    from services.training import train_adapter
+    from coevolve.services.training import train_adapter
 
     rows = target_rows()[:1]
     assert target_call(rows[0]) not in _calls("vllm/smollm2", rows[0])

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.expert import ExpertRewriter
-from agents.judge import Judge
-from agents.local import LocalEvaluator, local_services
-from agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from agents.meta.coevolve import CoEvolution, CycleSettings, Services
-from harness_store.store import HarnessStore
-from tasks import get_family
+from coevolve.agents.expert import ExpertRewriter
+from coevolve.agents.judge import Judge
+from coevolve.agents.local import LocalEvaluator, local_services
+from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings, Services
+from coevolve.store.store import HarnessStore
+from coevolve.tasks import get_family
 from tests.rollouts import _GATEWAY, proposer_complete
 
 SETTINGS = {"families": ["iot"], "weak": "synthetic/weak", "expert": "synthetic/expert", "judge": "synthetic/judge",
@@ -53,8 +53,8 @@ class Counted(LocalEvaluator):
 
 
 def services(store: HarnessStore, evaluator: LocalEvaluator) -> Services:
-    from cluster.adapt import train_on
-    from harness_store.datasets import write_dataset
+    from coevolve.jobs.adapt import train_on
+    from coevolve.store.datasets import write_dataset
 
     judge = Judge("synthetic/judge", proposer_complete)
 
@@ -144,7 +144,7 @@ def test_a_resumed_evolution_reuses_the_rollouts_it_stored_after_its_last_checkp
     assert crashing.evaluator.ran + resumed.evaluator.ran == reference.evaluator.ran  # nothing paid twice
     # every rollout the run paid for is in the store, once, under its key
     assert store.rollout_spend([crashing.run_id])[0] == expected.spend["rollouts"]
-    from harness_store.store import rollout_key
+    from coevolve.store.store import rollout_key
 
     trajs = store.get_trajectories(crashing.run_id)
     assert len({rollout_key(t.instance, t.harness_id, t.model, t.seed) for t in trajs}) == len(trajs)

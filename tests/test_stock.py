@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
-from tasks import get_family
-from tasks.base import Knowledge
-from tasks.stock import SHEET, SUPPLIER_SHEET, StockEnv
+from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge
+from coevolve.tasks.stock import SHEET, SUPPLIER_SHEET, StockEnv
 
 FAM = get_family("stock")
 FULL = FAM.full_knowledge()
-GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "tasks" / "stock" / "golden.json").read_text())[
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "coevolve" / "tasks" / "stock" / "golden.json").read_text())[
     "instances"
 ]
 TRAP_FACT = {

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness_store.edits import apply_edit
-from harness_store.store import SCHEMA_VERSION, Event, HarnessRecord, HarnessStore, RunRecord, StoreError
-from harness_store.values import (
+from coevolve.edits import apply_edit
+from coevolve.store.store import SCHEMA_VERSION, Event, HarnessRecord, HarnessStore, RunRecord, StoreError
+from coevolve.values import (
     AdapterRef,
     AddRecipe,
     AppendSection,

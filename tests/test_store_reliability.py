@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness_store.store import (
+from coevolve.store.store import (
     PROBLEM_KINDS,
     SCHEMA_VERSION,
     CheckReport,
@@ -27,14 +27,14 @@ from harness_store.store import (
     Lease,
     StoreError,
 )
-from harness_store.values import AdapterRef, HarnessEdit, SetSection
+from coevolve.values import AdapterRef, HarnessEdit, SetSection
 from tests.test_store import BASE, listing, trajectory, variant
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def cli(*args: object):
-    from cluster.cli import app
+    from coevolve.cli.app import app
 
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
@@ -303,7 +303,7 @@ def test_two_processes_cannot_both_own_a_run(store: HarnessStore):
     store.update_run(rid, status="interrupted")
     holder = child(f"""
         import time
-        from harness_store.store import HarnessStore
+        from coevolve.store.store import HarnessStore
         lease = HarnessStore({str(store.root)!r}).claim_run({rid!r})
         print("claimed", flush=True)
         time.sleep(60)
@@ -323,7 +323,7 @@ def test_two_processes_cannot_both_own_a_run(store: HarnessStore):
 
 
 def evolve_run(store: HarnessStore) -> str:
-    from agents.meta.loop import EvolveConfig
+    from coevolve.agents.meta.loop import EvolveConfig
 
     return store.create_run("evolve", EvolveConfig(family="iot", model="synthetic/weak").to_json())
 
@@ -350,7 +350,7 @@ def test_evolve_resume_of_a_run_another_process_owns_is_refused(tmp_path: Path, 
     s.update_run(rid, status="interrupted")
     holder = child(f"""
         import time
-        from harness_store.store import HarnessStore
+        from coevolve.store.store import HarnessStore
         lease = HarnessStore({str(s.root)!r}).claim_run({rid!r})
         print("claimed", flush=True)
         time.sleep(60)
@@ -473,7 +473,7 @@ def _drop_file_capabilities() -> None:  # pragma: no cover - runs in the child
 
 READ_ONLY_CHILD = """
 import json, sys
-from harness_store.store import HarnessStore, StoreError
+from coevolve.store.store import HarnessStore, StoreError
 from tests.test_store import BASE, variant
 root, rid = sys.argv[1], sys.argv[2]
 s = HarnessStore(root)  # create=True is fine: the store exists
@@ -520,7 +520,7 @@ def test_read_only_store_reads_and_refuses_the_first_write(tmp_path: Path, what:
         )
         assert r.returncode == 0, r.stderr[-2000:]
         out = json.loads(r.stdout)
-        cmd = [sys.executable, "-m", "cluster.cli"]
+        cmd = [sys.executable, "-m", "coevolve.cli.app"]
         lst = subprocess.run(
             [*cmd, "runs", "list", "--store", str(root), "--json"],
             cwd=REPO,
@@ -588,7 +588,7 @@ def test_schema_1_store_is_migrated_and_its_running_runs_can_be_resumed(tmp_path
 # ------------------------------------------------------------------------------------- crash safety
 CRASH_WRITER = """
 import sys
-from harness_store.store import HarnessStore
+from coevolve.store.store import HarnessStore
 from tests.test_store import BASE, trajectory, variant
 root, rnd = sys.argv[1], int(sys.argv[2])
 s = HarnessStore(root)
@@ -664,7 +664,7 @@ def test_sigkill_in_the_middle_of_writes_never_corrupts_the_store(tmp_path: Path
 
 CONCURRENT_WRITER = """
 import os, sys, time
-from harness_store.store import HarnessStore
+from coevolve.store.store import HarnessStore
 from tests.test_store import BASE, trajectory, variant
 root, w, go, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 while not os.path.exists(go):
@@ -722,7 +722,7 @@ def test_read_only_store_left_by_a_killed_writer_shows_its_commits(tmp_path: Pat
     root = tmp_path / "s"
     writer = child(f"""
         import time
-        from harness_store.store import HarnessStore
+        from coevolve.store.store import HarnessStore
         s = HarnessStore({str(root)!r})
         s.append_event(s.create_run("eval", {{}}, run_id="r1"), "x", {{}})
         print("ok", flush=True)
@@ -735,7 +735,7 @@ def test_read_only_store_left_by_a_killed_writer_shows_its_commits(tmp_path: Pat
     root.chmod(0o555)
     pre = _drop_file_capabilities if os.geteuid() == 0 else None
     code = (
-        f"from harness_store.store import HarnessStore; s = HarnessStore({str(root)!r});"
+        f"from coevolve.store.store import HarnessStore; s = HarnessStore({str(root)!r});"
         " print(bool(s.read_only), [r.run_id for r in s.list_runs()], len(s.events('r1')),"
         " sorted(p.kind for p in s.check().problems))"
     )

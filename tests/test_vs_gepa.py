@@ -30,8 +30,8 @@ class _Counting:
 
 
 def test_meter_cuts_the_batch_that_passes_the_budget():
-    from agents.meta.loop import BudgetExhausted
-    from tasks import get_family
+    from coevolve.agents.meta.loop import BudgetExhausted
+    from coevolve.tasks import get_family
 
     fam = get_family("iot")
     inst, h = fam.generate("val", 1)[0], fam.baseline_harness()
@@ -48,9 +48,9 @@ def test_meter_cuts_the_batch_that_passes_the_budget():
 
 
 def test_candidate_round_trip_and_text_only_edits():
-    from harness_store.edits import apply_edit
-    from harness_store.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe, SetSection
-    from tasks import get_family
+    from coevolve.edits import apply_edit
+    from coevolve.tasks import get_family
+    from coevolve.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe, SetSection
 
     base = get_family("budget").baseline_harness()
     edit = HarnessEdit((SetSection("pacing", "One call a turn.\n[not a header]"), AddRecipe(Recipe("r", "x: y"))))
@@ -62,7 +62,7 @@ def test_candidate_round_trip_and_text_only_edits():
 
 
 def test_tiny_budget_ends_both_runs_at_exactly_that_count(tmp_path):
-    from services.logs import configure_logging
+    from coevolve.services.logs import configure_logging
 
     configure_logging(json_lines=False, level="error")
     cfg = vg.Config(family="iot", seed=0, budget=29, val_n=3, val_seeds=2, train_batch=4, plateau=100)

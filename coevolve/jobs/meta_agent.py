@@ -1,0 +1,205 @@
+"""The meta-agent as one detached, named Ray actor (DESIGN §4): it runs a co-evolution run
+(`coevolve.agents.meta.coevolve.CoEvolution`) with the executor pool, the judge and expert pools and the
+trainer, records everything in the store, and answers `status()` and `stop()` while it works.
+Closing the client that started it does not stop it; `coevolve run --resume RUN_ID` starts a new one
+that continues from the store.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+import structlog
+
+from coevolve.services.logs import configure_logging
+
+NAMESPACE = "coevolve"
+log = structlog.get_logger(role="meta")
+
+
+def actor_name(run_id: str) -> str:
+    return f"meta-{run_id}"
+
+
+class _Meter:
+    """Counts rollouts, in-flight work and throughput for status()."""
+
+    def __init__(self) -> None:
+        self.rollouts = 0
+        self.in_flight = 0
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+
+    def wrap(self, evaluate: Any) -> Any:
+        def run(jobs: Sequence[Any], model: str) -> Any:
+            with self.lock:
+                self.in_flight += len(jobs)
+            try:
+                out = evaluate(jobs, model)
+            finally:
+                with self.lock:
+                    self.in_flight -= len(jobs)
+            with self.lock:
+                self.rollouts += len(out)
+            return out
+
+        return run
+
+    def as_json(self) -> dict[str, Any]:
+        elapsed = max(1e-9, time.monotonic() - self.started)
+        return {"rollouts": self.rollouts, "in_flight": self.in_flight, "rollouts_per_s": round(self.rollouts / elapsed, 2)}
+
+
+class MetaAgent:
+    """Plain class; `launch` makes it a detached named actor."""
+
+    def __init__(self, profile: dict[str, Any], store_path: str, run_id: str) -> None:
+        from coevolve.config import RunProfile
+
+        configure_logging()
+        os.environ["COEVOLVE_STORE"] = store_path
+        self.profile = RunProfile.model_validate(profile)
+        self.store_path = store_path
+        self.run_id = run_id
+        self.state: dict[str, Any] = {"stage": "created", "run_id": run_id, "pid": os.getpid(), "host": socket.gethostname()}
+        self.meter = _Meter()
+        self.pools: dict[str, Any] = {}
+        self.thread: threading.Thread | None = None
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def start(self) -> bool:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="coevolve-meta", daemon=True)
+            self.thread.start()
+        return True
+
+    def status(self) -> dict[str, Any]:
+        pools = {name: {"actors": len(p.actors), "replacements": p.replacements, **p.load.as_json(list(p.actors))}
+                 for name, p in list(self.pools.items())}
+        return {**self.state, "work": self.meter.as_json(), "pools": pools, "alive": bool(self.thread and self.thread.is_alive()),
+                "train_backend": self.profile.train.backend}
+
+    def stop(self) -> bool:
+        from coevolve.store.store import HarnessStore
+
+        HarnessStore(self.store_path).append_event(self.run_id, "stop", {"at": time.time(), "by": "stop()"})
+        self.state["stop_requested"] = True
+        return True
+
+    # ------------------------------------------------------------------ the run
+    def _run(self) -> None:
+        from coevolve.store.store import HarnessStore
+
+        store = HarnessStore(self.store_path)
+        try:
+            lease = store.claim_run(self.run_id)
+        except Exception as e:  # noqa: BLE001 — reported through status(), the actor stays up for it
+            self.state.update(stage="refused", error=str(e))
+            return
+        try:
+            result = self._cycles(store)
+            from coevolve.analysis.report import write_run_report
+
+            html, md = write_run_report(store, self.run_id, result)
+            result["report"] = {"html": str(html), "markdown": str(md)}
+            store.finish_run(self.run_id, "done", result)
+            self.state.update(stage="done", result=result)
+        except BaseException as e:
+            log.exception("meta-agent failed", run_id=self.run_id)
+            store.update_run(self.run_id, status="failed", result={"error": f"{type(e).__name__}: {e}"})
+            self.state.update(stage="failed", error=f"{type(e).__name__}: {e}")
+        finally:
+            for p in self.pools.values():
+                p.shutdown()
+            self.pools.clear()
+            lease.release()
+
+    def _cycles(self, store: Any) -> dict[str, Any]:
+        from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings, Services
+        from coevolve.agents.meta.proposer import LLMProposer
+        from coevolve.jobs.adapt import train_on
+        from coevolve.services.gateway import Gateway
+        from coevolve.services.pools.roles import RolePool, ray_services
+        from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
+        from coevolve.store.datasets import write_dataset
+        from coevolve.tasks import get_family
+
+        p = self.profile
+        self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus, resources=p.weak.resources or None,
+                                              max_in_flight=p.weak.in_flight)
+        self.pools["judge"] = RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus,
+                                       resources=p.judge.resources or None)
+        gateway = Gateway()
+        evaluate = self.meter.wrap(PoolEvaluator(self.pools["executor"]).evaluate)
+
+        def experts(family: str) -> Any:
+            key = "expert"
+            pool = self.pools.get(key)
+            if pool is None or getattr(pool, "_family", None) != family:
+                if pool is not None:
+                    pool.shutdown()
+                pool = RolePool("expert", p.expert.model, p.expert.workers, family=family, num_cpus=p.expert.num_cpus,
+                                resources=p.expert.resources or None)
+                pool._family = family
+                self.pools[key] = pool
+            return pool
+
+        def build_services(family: str) -> Any:
+            svc = ray_services(self.pools["executor"], self.pools["judge"], experts(family))
+            svc.rollouts = evaluate
+            return svc
+
+        def proposer(family: str) -> Any:
+            return LLMProposer(p.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
+                               get_family(family).handbook)
+
+        def train(dataset: str, adapter_id: str) -> dict[str, Any]:
+            if any(a.id == adapter_id for a in store.list_adapters()):
+                return {"reused": True}  # trained before a crash that came before its record
+            base = p.train.base or p.weak.model
+            ref = train_on(store.root, dataset, base, p.train.backend, adapter_id,
+                           {**p.train.config, **({"use_gpu": True} if p.train.use_gpu else {})})
+            return {"metrics": ref.metrics}
+
+        settings = CycleSettings(
+            families=p.families, weak=p.weak.model, expert=p.expert.model, judge=p.judge.model, proposer=p.proposer,
+            cycles=p.budget.cycles, plateau=p.budget.plateau, rollouts=p.budget.rollouts, usd=p.budget.usd,
+            seconds=p.budget.seconds, evolve_iterations=p.evolve.iterations, evolve_rollouts=p.evolve.rollouts,
+            val_n=p.evolve.val_n, val_seeds=p.evolve.val_seeds, train_batch=p.evolve.train_batch, rows=p.data.rows,
+            samples=p.data.samples, k=p.data.k, repeats=p.repeats, alpha=p.alpha, seed=p.seed,
+        )
+        services = Services(evaluate=evaluate, proposer=proposer, build_services=build_services,
+                            write_dataset=lambda rows, manifest: write_dataset(store.root, rows, manifest).id, train=train)
+        run = CoEvolution(settings, store, self.run_id, services,
+                          stop_requested=lambda: bool(store.events(self.run_id, "stop")),
+                          on_status=lambda s: self.state.update(s))
+        return run.run()
+
+
+def launch(profile: dict[str, Any], store_path: str, run_id: str) -> Any:
+    """Start the detached meta-agent actor for a run (Ray must be initialised)."""
+    from coevolve.services.pools.rollouts import worker_env
+
+    actor = ray.remote(MetaAgent).options(
+        name=actor_name(run_id), namespace=NAMESPACE, lifetime="detached", max_concurrency=8, num_cpus=0,
+        runtime_env={"env_vars": worker_env({"COEVOLVE_STORE": store_path})},
+    ).remote(profile, store_path, run_id)
+    ray.get(actor.ready.remote(), timeout=120)
+    ray.get(actor.start.remote())
+    return actor
+
+
+def find(run_id: str) -> Any | None:
+    """The run's meta-agent actor, if it is alive."""
+    try:
+        return ray.get_actor(actor_name(run_id), namespace=NAMESPACE)
+    except ValueError:
+        return None

@@ -1,0 +1,663 @@
+"""The task protocol every family implements (DESIGN §6) and the synthetic-agent contract (DESIGN §5).
+
+A family is a seeded generator of instances with fixed splits, an environment per instance exposing
+JSON-schema tools, a checker over the final service state, and a reference solution written as a
+*plan of steps*. `plan(instance, knowledge)` returns the steps an agent with that knowledge would
+take: with full knowledge it is the reference solution; with a fact missing, a constraint unnoticed
+or an observation cut, some step's arguments differ (the plausible wrong branch). The sequence of
+tools never depends on knowledge, only the arguments do, so steps align across knowledge levels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from coevolve.tasks.handbook import Handbook
+from coevolve.values import Harness, Outcome, PromptSection, TaskInstance, ToolSpec
+
+SPLITS = ("train", "val", "test")
+MAX_ARG_CHARS = 100_000
+MAX_OBSERVATION_CHARS = 100_000  # a tool observation is cut to this, its middle replaced by a marker
+MAX_REASON_CHARS = 10_000  # likewise a checker's reason for one requirement
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` at most about `limit` characters: head and tail kept, the middle replaced by a marker
+    that says how much was cut (the largest observation the families produce at size 3 is ~31k)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} …[{len(text) - 2 * half} characters cut]… {text[-half:]}"
+
+
+_WINDOW = 2  # a concept must be carried within this many adjacent sentences
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+@lru_cache(maxsize=8192)
+def _sentences(text: str) -> tuple[str, ...]:
+    """Lower-cased sentences (lines and sentence ends split; whitespace normalised)."""
+    return tuple(" ".join(s.split()) for s in _SENTENCE_END.split(text.lower()) if s.strip())
+
+
+@lru_cache(maxsize=8192)
+def sentence_windows(text: str) -> tuple[str, ...]:
+    """Lower-cased single sentences, then runs of up to `_WINDOW` adjacent ones (lines and sentence
+    ends split; whitespace normalised), so the smallest window that carries a concept is found first."""
+    sentences = list(_sentences(text))
+    runs = [
+        " ".join(sentences[i : i + w]) for w in range(2, _WINDOW + 1) for i in range(max(0, len(sentences) - w + 1))
+    ]
+    return tuple(sentences + runs)
+
+
+@lru_cache(maxsize=4096)
+def _term_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
+    """Terms match at a word start, as prefixes ('consecutiv' matches 'consecutively'); a term that
+    ends in a digit matches whole numbers only ('3' does not match '30'). Longer terms are tried
+    first, so a match covers the longest term that starts at its position."""
+    ordered = sorted(terms, key=len, reverse=True)
+    parts = [re.escape(t.lower()) + (r"(?!\d)" if t[-1:].isdigit() else "") for t in ordered]
+    return re.compile(r"(?<![a-z0-9])(?:" + "|".join(parts) + ")")
+
+
+# ---------------------------------------------------------------- polarity: how a sentence can deny a concept
+# A negator puts what follows it, up to the end of its clause, in its scope ("NULL readings must *not be
+# ignored*", "*never CC the controller*"); a sentence negator puts what precedes it in its clause in its
+# scope ("*that NULL readings are offline* is false").
+_WORD = r"(?<![a-z0-9'’])(?:{})(?![a-z0-9])"
+_NEGATOR = re.compile(
+    _WORD.format(
+        r"not|never|no|none|nothing|nobody|neither|nor|without|cannot|[a-z]+n['’]t|no longer|rather than"
+        r"|instead of|as opposed to|false that|untrue that|wrong to|incorrect to|a mistake to"
+    )
+)
+_SENTENCE_NEGATOR = re.compile(
+    _WORD.format(
+        r"(?:is|are) (?:false|wrong|incorrect|untrue|a myth|a misconception)|not true|not correct"
+        r"|not the case|isn['’]t true|isn['’]t the case|isn['’]t correct"
+    )
+)
+# Phrases whose negator negates nothing: idioms ("not only", "no matter") and bounds ("not after the
+# period's start" is "on or before it", "no fewer than three").
+_NOT_NEGATING = re.compile(
+    _WORD.format(
+        r"no matter|not only|not just|not least|if not|whether or not|or not|without exception|no exceptions?"
+        r"|(?:no|not) (?:later|earlier|fewer|less|more|sooner|greater|smaller|lower|higher) than"
+        r"|not (?:after|before|beyond|past|above|below|under|over|exceeding)"
+    )
+)
+# A negator followed closely by one of these affirms (double negation: "don't forget", "never omit").
+_PRIVATIVE = re.compile(
+    _WORD.format(
+        r"forg[eo]t\w*|omit\w*|skip\w*|miss\w*|overlook\w*|neglect\w*|fail\w*|leave out|leave off|prevent\w*"
+        r"|forbid\w*|prohibit\w*|stop\w* (?:\w+ )?from|keep\w* (?:\w+ )?from"
+    )
+)
+_PRIVATIVE_REACH = 3  # at most this many words between a negator and the privative that cancels it
+# Where a negator's scope ends: punctuation that closes a clause, and clause-opening conjunctions.
+_CLAUSE_END = re.compile(
+    r"[,;:()\[\]]|\s[-–—]\s|[–—]|->|→"
+    + _WORD.format(
+        r"but|whereas|while|although|though|so that|so|because|otherwise|then|except|unless|instead"
+    )
+)
+# A contrastive negator opens a clause and names the alternative the clause before it rejects ("point the
+# menu at the page, never at a redirect", "match the tax id, not the name"): read as a rule, it denies that
+# alternative (a reversal), not the rule.
+_CONTRASTIVE = re.compile(
+    r"(?:[,;]|\s[-–—]\s|[–—]|\bbut)\s*(?:not|never)\s+(?:at|by|on|in|to|from|via|through|with|the|a|an|its"
+    r"|their|his|her|for|as|under|into|onto|over|after|before)\b"
+)
+_ANY_NEGATOR = re.compile(f"{_NEGATOR.pattern}|{_SENTENCE_NEGATOR.pattern}")
+_STRONG_END = re.compile(r"[;:]|\s[-–—]\s|[–—]")
+# The sentence without a negator, to test what the negator denies ("don't" -> "do", "never" -> "").
+_UNNEGATED = {"can't": "can", "cannot": "can", "won't": "will", "shan't": "shall", "without": "with"}
+
+Span = tuple[int, int]
+
+
+class Reading(NamedTuple):
+    """A window of sentences that carries a concept: its first and last sentence (indices into the
+    text's sentences), whether it states the concept (else it denies it), and its lower-cased text."""
+
+    first: int
+    last: int
+    stated: bool
+    text: str
+
+
+def _negations(sentence: str, covered: Sequence[Span], contrastive: bool = True) -> list[tuple[Span, Span]]:
+    """Each negator of `sentence` that negates something, with its scope (both character spans). A negator
+    inside a concept's matched term (`covered`: "no overtime", "not out of range") is part of what the
+    concept says, not a denial of it; one in a non-negating phrase, or cancelled by a privative that is not
+    itself a concept term (double negation), negates nothing; with `contrastive` False, neither does a
+    contrastive negator."""
+
+    def inside(a: int, b: int) -> bool:
+        return any(s <= a and b <= e for s, e in covered)
+
+    idle = [m.span() for m in _NOT_NEGATING.finditer(sentence)]
+    if not contrastive:
+        idle += [m.span() for m in _CONTRASTIVE.finditer(sentence)]
+    ends = sorted({m.start() for m in _CLAUSE_END.finditer(sentence)} | {len(sentence)})
+    starts = sorted({m.end() for m in _STRONG_END.finditer(sentence)} | {0})
+    out = []
+    for m in _NEGATOR.finditer(sentence):
+        a, b = m.span()
+        if inside(a, b) or any(s <= a and b <= e for s, e in idle):
+            continue
+        end = next(e for e in ends if e >= b)
+        privative = _PRIVATIVE.search(sentence, b, end)
+        if (
+            privative
+            and len(sentence[b : privative.start()].split()) <= _PRIVATIVE_REACH
+            and not inside(*privative.span())
+        ):
+            continue
+        out.append(((a, b), (b, end)))
+    for m in _SENTENCE_NEGATOR.finditer(sentence):
+        a, b = m.span()
+        if not inside(a, b):
+            out.append(((a, b), (max(s for s in starts if s <= a), a)))
+    return out
+
+
+def _unnegated(sentence: str, span: Span) -> str:
+    """`sentence` with the negator at `span` taken out ("do not ignore" -> "do ignore", "isn't" -> "is")."""
+    word = sentence[span[0] : span[1]].replace("’", "'")
+    if word in _UNNEGATED:
+        plain = _UNNEGATED[word]
+    elif word.endswith("n't"):
+        plain = word[:-3]
+    else:
+        plain = ""
+    return " ".join((sentence[: span[0]] + plain + sentence[span[1] :]).split())
+
+
+def _fields_only(obj: Any) -> dict[str, Any]:
+    """An object's state without its cached helpers (compiled patterns, memos): what pickling keeps."""
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+
+
+def _denies(sentence: str, negator: Span, opposites: tuple[Concept, ...]) -> bool:
+    """Whether the negator at span `negator` denies one of `opposites`: without it the sentence states
+    the opposite, with it it does not. What a negator denies is read whole: an opposite's `unless` guards
+    statements of it, not denials."""
+    if sentence[negator[0] : negator[1]] in ("rather than", "instead of", "as opposed to"):
+        return False
+    plain = _unnegated(sentence, negator)
+    return any(
+        o._reading((plain,), heed_unless=False) and not o._reading((sentence,), heed_unless=False)
+        for o in opposites
+    )
+
+
+@dataclass(frozen=True)
+class Concept:
+    """What a text must say for an idea to count as stated: one term of *every* synonym group within
+    two adjacent sentences, said and not denied.
+
+    Polarity. A sentence *states* the concept when every group has a matched term outside the scope of
+    every negator (`_negations`); it *denies* it when every group is matched but some group only inside a
+    negator's scope ("NULL readings must not be ignored", "Never CC the controller"). A negator that is part
+    of a matched term ("not out of range", "no overtime") belongs to the concept's own wording. Double
+    negation: a negator cancelled by a privative ("don't forget to CC", "never omit the peak") affirms;
+    two plain negators ("it is not true that X is never done") still deny, the conservative reading.
+    Read as a rule (`Rule`, with the rule's reversals as `opposites`), a negator that denies the *wrong*
+    rule ("don't mark a refunded order Canceled") affirms, and a contrastive one ("point the menu at the
+    page, never at a redirect") denies only the alternative it names. Windows: single sentences first;
+    two adjacent sentences count only when neither carries the concept alone, and can state it but not
+    deny it (a denial is read within one sentence)."""
+
+    groups: tuple[tuple[str, ...], ...]
+    unless: tuple[str, ...] = ()  # terms that void it (neither stated nor denied) in the same window
+
+    def __post_init__(self) -> None:
+        if len(self.groups) < 2 or any(not g or any(not t.strip() for t in g) for g in self.groups):
+            raise ValueError(f"a concept needs at least two non-empty synonym groups: {self.groups!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _fields_only(self)
+
+    @cached_property
+    def _patterns(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(_term_pattern(g) for g in self.groups)
+
+    @cached_property
+    def _memo(self) -> dict[tuple[str, tuple[Concept, ...] | None], tuple[tuple[bool, bool], ...] | None]:
+        return {}
+
+    def _sentence(
+        self, sentence: str, opposites: tuple[Concept, ...] | None = None
+    ) -> tuple[tuple[bool, bool], ...] | None:
+        """Per group (matched, matched outside every negation's scope), or None when no group matches.
+        With `opposites` the concept is read as a rule whose reversals they are: a negator that denies one
+        of them (its sentence without it states the opposite, with it does not) affirms the rule and
+        negates nothing ("don't mark a refunded order Canceled"), and so does a contrastive one."""
+        key = (sentence, opposites)
+        if key in self._memo:
+            return self._memo[key]
+        matches = [[m.span() for m in p.finditer(sentence)] for p in self._patterns]
+        result = None
+        if any(matches):
+            covered = [s for spans in matches for s in spans]
+            negating = _ANY_NEGATOR.search(sentence)
+            negations = _negations(sentence, covered, contrastive=opposites is None) if negating else []
+            affirming = [n for n, _ in negations if opposites and _denies(sentence, n, opposites)]
+            scopes = [scope for n, scope in negations if n not in affirming]
+            result = tuple(
+                (bool(spans), any(not any(a <= s < b for a, b in scopes) for s, _ in spans))
+                for spans in matches
+            )
+        if len(self._memo) < 20_000:
+            self._memo[key] = result
+        return result
+
+    def _reading(
+        self, sentences: Sequence[str], opposites: tuple[Concept, ...] | None = None, heed_unless: bool = True
+    ) -> bool | None:
+        """True: the sentences state the concept; False: they deny it; None: they do not carry it."""
+        parts = [r for r in (self._sentence(s, opposites) for s in sentences) if r is not None]
+        if not parts or not all(any(p[g][0] for p in parts) for g in range(len(self.groups))):
+            return None
+        if heed_unless and self.unless and _term_pattern(self.unless).search(" ".join(sentences)):
+            return None
+        stated = all(any(p[g][1] for p in parts) for g in range(len(self.groups)))
+        return True if stated else (False if len(sentences) == 1 else None)
+
+    def readings(
+        self, text: str, opposites: tuple[Concept, ...] | None = None, pairs: bool = True
+    ) -> list[Reading]:
+        """Every window that carries the concept, single sentences first, then (with `pairs`) pairs of
+        adjacent sentences neither of which carries it alone."""
+        if not text:
+            return []
+        sentences = _sentences(text)
+        single = [self._reading((s,), opposites) for s in sentences]
+        out = [Reading(i, i, r, s) for i, (s, r) in enumerate(zip(sentences, single, strict=True))
+               if r is not None]
+        for i in range(len(sentences) - 1 if pairs else 0):
+            if single[i] is None and single[i + 1] is None:
+                r = self._reading(sentences[i : i + 2], opposites)
+                if r is not None:
+                    out.append(Reading(i, i + 1, r, " ".join(sentences[i : i + 2])))
+        return out
+
+    def where(self, text: str) -> str | None:
+        """The first sentence window that states the concept, or None."""
+        return next((r.text for r in self.readings(text) if r.stated), None)
+
+    def denied_where(self, text: str) -> str | None:
+        """The first sentence that carries the concept denied, or None."""
+        return next((r.text for r in self.readings(text) if not r.stated), None)
+
+    def stated_in(self, text: str) -> bool:
+        return self.where(text) is not None
+
+    def denied_in(self, text: str) -> bool:
+        return self.denied_where(text) is not None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule a harness can state or contradict. Its concept states it; the concept denied, or any of its
+    `reversals` (the opposite rule in meaning, e.g. "a reading at the limit is an anomaly") stated within
+    one sentence, contradicts it. A window that carries a reversal does not state the rule even when it
+    also carries the concept. A negator whose removal would make its sentence state a reversal denies the
+    wrong rule, so it affirms this one ("never mark a refunded order Canceled: it is Closed")."""
+
+    id: str
+    statement: str
+    concept: Concept
+
+    if TYPE_CHECKING:
+        reversals: tuple[Concept, ...]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _fields_only(self)
+
+    @cached_property
+    def _stance_memo(self) -> dict[str, tuple[list[Reading], list[Reading]]]:
+        return {}
+
+    def _stances(self, text: str) -> tuple[list[Reading], list[Reading]]:
+        """(windows stating the rule, windows contradicting it), in the text's order within each kind."""
+        memo = self._stance_memo
+        if text not in memo:
+            if len(memo) >= 512:
+                memo.clear()
+            memo[text] = self._read_stances(text)
+        return memo[text]
+
+    def _read_stances(self, text: str) -> tuple[list[Reading], list[Reading]]:
+        contradicting = [w for r in self.reversals for w in r.readings(text, pairs=False) if w.stated]
+        reversed_at = {w.last for w in contradicting}
+        stating = []
+        for w in self.concept.readings(text, self.reversals):
+            if not w.stated:
+                contradicting.append(w)
+            elif not reversed_at & set(range(w.first, w.last + 1)):
+                stating.append(w)
+        return stating, contradicting
+
+    def stance(self, text: str) -> bool | None:
+        """True when the text states the rule, False when it contradicts it, None when it says neither.
+        When it does both, the later statement wins (a correction appended after a wrong rule takes
+        effect, as does a wrong rule appended after a right one); on a tie the contradiction wins."""
+        stating, contradicting = self._stances(text)
+        if not contradicting:
+            return True if stating else None
+        if not stating:
+            return False
+        return max(w.last for w in stating) > max(w.last for w in contradicting)
+
+    def where(self, text: str) -> str | None:
+        """The last window that states the rule when the text's stance is that it holds, else None."""
+        stating, _ = self._stances(text)
+        return max(stating, key=lambda w: w.last).text if stating and self.stance(text) else None
+
+    def stated_in(self, text: str) -> bool:
+        """The text states the rule (and does not contradict it later)."""
+        return self.stance(text) is True
+
+    def contradicted_in(self, text: str) -> bool:
+        """Somewhere the text denies the rule or states its reversal."""
+        return bool(self._stances(text)[1])
+
+
+@dataclass(frozen=True)
+class DomainFact(Rule):
+    """A piece of domain knowledge; `statement` is the catalogue's wording, `concept` what counts as
+    stating it, `reversals` what counts as stating its opposite."""
+
+    common: bool = False  # a weak model knows it without being told
+    rare: bool = False  # specialist knowledge even a strong model may lack (the expert's gaps)
+    reversals: tuple[Concept, ...] = ()
+
+
+@dataclass(frozen=True)
+class Constraint(Rule):
+    """An instruction constraint a careless agent skips unless the harness reinforces it; `reversals`
+    describe the opposite instruction."""
+
+    reversals: tuple[Concept, ...] = ()
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One line of a checker's report, as a grader would write it: what was required, whether the
+    final state meets it and, if not, why (like a failing test's message). No generator labels."""
+
+    id: str
+    passed: bool
+    reason: str = ""
+
+
+def graded(requirements: Sequence[Requirement], score: float | None = None) -> Outcome:
+    """An `Outcome` from requirement lines: passed when all pass; score defaults to the share passed."""
+    if not requirements:
+        raise ValueError("a checker must report at least one requirement")
+    passed = all(r.passed for r in requirements)
+    if score is None:
+        score = sum(r.passed for r in requirements) / len(requirements)
+    detail = {"requirements": [{"id": r.id, "passed": r.passed, "reason": bounded(r.reason, MAX_REASON_CHARS)}
+                               for r in requirements]}
+    return Outcome(passed, 1.0 if passed else round(min(score, 0.99), 4), detail)
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    facts: frozenset[str]
+    constraints: frozenset[str]  # instruction constraints the agent heeds
+    cut: frozenset[int] = frozenset()  # plan steps whose observation the agent could not see in full
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    tool: str
+    args: dict[str, Any]
+    facts: tuple[str, ...] = ()  # facts that shape this step's arguments
+    uses: tuple[int, ...] = ()  # earlier steps whose observations this step reads
+    constraint: str | None = None  # instruction constraint that shapes this step
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's observation. Error observations always start with `error` (TaskEnv.call ensures it)."""
+
+    content: str
+    error: bool = False
+    finished: bool = False
+
+
+class ToolArgError(ValueError):
+    """Raised inside a tool for bad arguments; the env turns it into an error observation."""
+
+
+class TaskEnv(ABC):
+    """One instance's live services. `call` never raises for bad input: it returns an error result.
+
+    `blocking_tools` names the tools (impls) whose call waits on something outside this process's
+    Python — a sandbox subprocess, a browser, a remote model: the executor runs those calls (and this
+    env's checker) on a worker thread, off its event loop, one call at a time per env. Every other tool
+    is cheap pure Python and runs inline. An env whose blocking tools are set must tolerate being
+    called from a thread other than the one that created it (sqlite: `check_same_thread=False`)."""
+
+    blocking_tools: frozenset[str] = frozenset()
+
+    def __init__(self, instance: TaskInstance):
+        self.instance = instance
+        self.finished = False
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    @abstractmethod
+    def tool_specs(self) -> tuple[ToolSpec, ...]: ...
+
+    def call(self, impl: str, args: Any) -> ToolResult:
+        self.calls.append((impl, args if isinstance(args, dict) else {"_raw": args}))
+        method = getattr(self, f"tool_{impl}", None)
+        if method is None or impl not in {t.impl for t in self.tool_specs()}:
+            return ToolResult(f"error: unknown tool {impl!r}", error=True)
+        if not isinstance(args, dict):
+            return ToolResult("error: arguments must be a JSON object", error=True)
+        if any(isinstance(v, str) and len(v) > MAX_ARG_CHARS for v in args.values()):
+            return ToolResult(f"error: an argument is longer than {MAX_ARG_CHARS} characters", error=True)
+        try:
+            out = method(**args)
+        except ToolArgError as e:
+            return ToolResult(f"error: {e}", error=True)
+        except TypeError as e:
+            return ToolResult(f"error: bad arguments for {impl}: {_clean_type_error(e)}", error=True)
+        except RecursionError:
+            return ToolResult(f"error: arguments for {impl} are nested too deeply", error=True)
+        if isinstance(out, ToolResult):
+            content = bounded(out.content, MAX_OBSERVATION_CHARS)
+            if out.error and not content.startswith("error"):
+                return ToolResult(f"error: {content}", error=True, finished=out.finished)
+            return replace(out, content=content)
+        return ToolResult(bounded(out if isinstance(out, str) else json.dumps(out, sort_keys=True), MAX_OBSERVATION_CHARS))
+
+    def tool_finish(self, summary: str = "") -> ToolResult:
+        self.finished = True
+        return ToolResult("finished", finished=True)
+
+
+READ_ONLY_SQL = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+)
+
+
+def read_only_authorizer(action: int, *_: Any) -> int:
+    """For `sqlite3.Connection.set_authorizer`: plain reads only (no writes, no PRAGMA, no ATTACH)."""
+    return sqlite3.SQLITE_OK if action in READ_ONLY_SQL else sqlite3.SQLITE_DENY
+
+
+def _clean_type_error(e: TypeError) -> str:
+    return re.sub(r"^\S*\(\)\s*", "", str(e))
+
+
+FINISH_TOOL = ToolSpec(
+    name="finish",
+    description="Call when the task is complete. Ends the episode.",
+    parameters={
+        "type": "object",
+        "properties": {"summary": {"type": "string", "description": "one-line summary of what you did"}},
+        "required": [],
+        "additionalProperties": False,
+    },
+    impl="finish",
+)
+
+
+@lru_cache(maxsize=1024)
+def _cached_world(family: str, seed: int, params_json: str) -> Any:
+    from coevolve.tasks import get_family
+
+    return get_family(family).build_world(seed, json.loads(params_json))
+
+
+def instance_seed(family: str, split: str, index: int, params: dict[str, Any]) -> int:
+    key = f"{family}|{split}|{index}|{json.dumps(params, sort_keys=True)}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+
+
+class TaskFamily(ABC):
+    """One enterprise task family. Subclasses define the class attributes and the abstract methods."""
+
+    name: str
+    title: str
+    facts: tuple[DomainFact, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    split_sizes: ClassVar[dict[str, int]] = {"train": 60, "val": 50, "test": 50}
+    default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
+
+    # ---------------------------------------------------------------- generation
+    def generate(self, split: str, n: int | None = None, seed: int = 0, **params: Any) -> list[TaskInstance]:
+        """`n` instances of the fixed split; seed 0 takes them in order, other seeds sample."""
+        if split not in self.split_sizes:
+            raise ValueError(f"unknown split {split!r} (splits: {sorted(self.split_sizes)})")
+        size = self.split_sizes[split]
+        n = size if n is None else n
+        if not 0 < n <= size:
+            raise ValueError(f"n must be in 1..{size} for split {split!r}, got {n}")
+        unknown = set(params) - set(self.default_params)
+        if unknown:
+            raise ValueError(f"unknown parameters {sorted(unknown)} (known: {sorted(self.default_params)})")
+        indices = list(range(size))
+        if seed:
+            random.Random(seed).shuffle(indices)
+        return [self.instance_at(split, i, **params) for i in indices[:n]]
+
+    def instance_at(self, split: str, index: int, **params: Any) -> TaskInstance:
+        full = {**self.default_params, **params}
+        seed = instance_seed(self.name, split, index, full)
+        iid = f"{self.name}/{split}/{index}"
+        extra = {k: v for k, v in full.items() if self.default_params.get(k) != v}
+        if extra:
+            iid += ":" + ",".join(f"{k}={v}" for k, v in sorted(extra.items()))
+        return TaskInstance(
+            family=self.name,
+            id=iid,
+            split=split,
+            seed=seed,
+            instruction=self.instruction(self.world(seed, full), iid),
+            params=full,
+        )
+
+    def instance(self, instance_id: str) -> TaskInstance:
+        """Rebuild an instance from its id (ids encode split, index and non-default knobs)."""
+        base, _, knobs = instance_id.partition(":")
+        try:
+            family, split, index = base.split("/")
+            params = {}
+            for kv in filter(None, knobs.split(",")):
+                k, v = kv.split("=")
+                params[k] = type(self.default_params[k])(v)
+            if family != self.name:
+                raise ValueError
+            i = int(index)
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"bad instance id {instance_id!r} for family {self.name!r}") from e
+        if split not in self.split_sizes:
+            raise ValueError(f"bad instance id {instance_id!r}: unknown split {split!r} (splits: {sorted(self.split_sizes)})")
+        if not 0 <= i < self.split_sizes[split]:
+            raise ValueError(
+                f"bad instance id {instance_id!r}: the {split} split of {self.name} has instances 0..{self.split_sizes[split] - 1}"
+            )
+        return self.instance_at(split, i, **params)
+
+    # ---------------------------------------------------------------- per family
+    def world(self, seed: int, params: dict[str, Any]) -> Any:
+        """The instance's hidden data, a pure function of (seed, params), built once and cached."""
+        return _cached_world(self.name, seed, json.dumps(params, sort_keys=True))
+
+    @abstractmethod
+    def build_world(self, seed: int, params: dict[str, Any]) -> Any:
+        """Generate the world of one instance from its seed and knobs (called through `world`)."""
+
+    @abstractmethod
+    def instruction(self, world: Any, instance_id: str) -> str:
+        """The task text the agent receives."""
+
+    @abstractmethod
+    def make_env(self, instance: TaskInstance) -> TaskEnv: ...
+
+    @abstractmethod
+    def check(self, env: TaskEnv) -> Outcome: ...
+
+    @abstractmethod
+    def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]: ...
+
+    @abstractmethod
+    def baseline_tools(self) -> tuple[ToolSpec, ...]: ...
+
+    # ---------------------------------------------------------------- shared
+    def answer_key(self, instance: TaskInstance) -> dict[str, Any]:
+        """The testbed's ground truth for an instance (trap labels): analysis code only, never a role."""
+        return {"traps": list(getattr(self.world(instance.seed, instance.params), "traps", ()))}
+
+    @cached_property
+    def handbook(self) -> Handbook:
+        """The family's domain documentation (`handbook.md` beside the family's module)."""
+        import sys
+
+        return Handbook.load(Path(sys.modules[type(self).__module__].__file__).parent / "handbook.md")
+
+    def full_knowledge(self) -> Knowledge:
+        return Knowledge(frozenset(f.id for f in self.facts), frozenset(c.id for c in self.constraints))
+
+    def baseline_harness(self) -> Harness:
+        """A generic harness: role, task-agnostic guidance, every tool, no hooks, no domain notes."""
+        return Harness(
+            family=self.name,
+            system_prompt=(
+                PromptSection("role", f"You are an operations assistant working on {self.title} tasks."),
+                PromptSection(
+                    "method",
+                    "Use the tools to inspect the data, do what the task asks, then call finish. "
+                    "Call one tool at a time unless calls are independent.",
+                ),
+            ),
+            tools=(*self.baseline_tools(), FINISH_TOOL),
+        )
+
+    def reference_solve(self, instance: TaskInstance) -> tuple[Outcome, TaskEnv]:
+        """Run the full-knowledge plan through the tools and check it."""
+        env = self.make_env(instance)
+        impl = {t.name: t.impl for t in env.tool_specs()}
+        for step in self.plan(instance, self.full_knowledge()):
+            result = env.call(impl.get(step.tool, step.tool), dict(step.args))
+            if result.error:
+                raise AssertionError(f"reference step {step.tool} failed on {instance.id}: {result.content}")
+        return self.check(env), env
