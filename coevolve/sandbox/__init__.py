@@ -124,7 +124,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import PurePosixPath
 
-from coevolve.tasks.base import bounded
+from coevolve.text import bounded
 
 _AST_LOCK = threading.Lock()
 

@@ -31,15 +31,6 @@ MAX_OBSERVATION_CHARS = 100_000  # a tool observation is cut to this, its middle
 MAX_REASON_CHARS = 10_000  # likewise a checker's reason for one requirement
 
 
-def bounded(text: str, limit: int) -> str:
-    """`text` at most about `limit` characters: head and tail kept, the middle replaced by a marker
-    that says how much was cut (the largest observation the families produce at size 3 is ~31k)."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]} …[{len(text) - 2 * half} characters cut]… {text[-half:]}"
-
-
 _WINDOW = 2  # a concept must be carried within this many adjacent sentences
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 

@@ -21,10 +21,11 @@ import types
 from functools import cache
 
 from coevolve import sandbox
-from coevolve.tasks.base import Requirement, bounded, graded
+from coevolve.tasks.base import Requirement, graded
 from coevolve.tasks.refactor.env import ENV_LIMITS, RefactorEnv
 from coevolve.tasks.refactor.plan import canonical_tests
 from coevolve.tasks.refactor.world import CHANGELOG, RefactorWorld, original_files
+from coevolve.text import bounded
 from coevolve.values import Outcome
 
 ALLOWED_IMPORTS = frozenset(

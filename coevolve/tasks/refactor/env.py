@@ -8,8 +8,9 @@ import re
 from typing import Any
 
 from coevolve import sandbox
-from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, bounded
+from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult
 from coevolve.tasks.refactor.world import RefactorWorld, original_files
+from coevolve.text import bounded
 from coevolve.values import TaskInstance, ToolSpec
 
 MAX_FILES = 300

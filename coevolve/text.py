@@ -1,0 +1,12 @@
+"""Text helpers every floor may use (stdlib only)."""
+
+from __future__ import annotations
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` at most about `limit` characters: head and tail kept, the middle replaced by a marker
+    that says how much was cut (the largest observation the families produce at size 3 is ~31k)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} …[{len(text) - 2 * half} characters cut]… {text[-half:]}"
