@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from coevolve.tasks.handbook import Handbook
+from coevolve.text import bounded
 from coevolve.values import Harness, Outcome, PromptSection, TaskInstance, ToolSpec
 
 SPLITS = ("train", "val", "test")
