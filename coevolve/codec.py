@@ -1,10 +1,12 @@
-"""The one msgpack codec for every value of `coevolve.values` (DESIGN §3).
+"""The one msgpack codec for every value of `coevolve.values` (DESIGN §3): the value types register
+themselves (`register`, called once at the end of `coevolve.values`), so the codec imports nothing of
+the project and the values can hash themselves with it (`Harness.id`, `Trajectory.id`).
 
 A dataclass becomes a map with a type tag (`"~t": "Harness"`); tuples travel as arrays and come back
 as tuples where the field is annotated as one. `canonical` sorts every map so that equal values
 encode to equal bytes, which is what content ids (harness ids, trajectory ids, blob names) hash.
 
-A field declared with `values.OMIT_DEFAULT` in its metadata (a field added to a type after values of it
+A field declared with `OMIT_DEFAULT` in its metadata (a field added to a type after values of it
 were stored, e.g. `Harness.decoding`) is left out while it holds its default, and a map without it
 decodes to the default: every value stored or identified before the field existed keeps its bytes and
 its content id, and a value that sets the field gets a new one.
@@ -15,24 +17,31 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import typing
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
 import msgpack
 
-from coevolve import values
-
 TAG = "~t"
+# A field whose metadata carries OMIT_DEFAULT is left out of the encoding while it holds its default,
+# so adding it to a value type keeps the content id of every existing value.
+OMIT_DEFAULT = "omit_default"
 
-_TYPES: dict[str, type] = {
-    name: obj
-    for name, obj in vars(values).items()
-    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == values.__name__
-}
+_TYPES: dict[str, type] = {}
 
 
 class CodecError(ValueError):
     pass
+
+
+def register(types: Iterable[type]) -> None:
+    """Make dataclasses encodable under their class names (a name taken by another class is an error)."""
+    for cls in types:
+        if not dataclasses.is_dataclass(cls):
+            raise CodecError(f"{cls.__qualname__} is not a dataclass")
+        if _TYPES.setdefault(cls.__name__, cls) is not cls:
+            raise CodecError(f"value type name {cls.__name__!r} is already registered")
 
 
 @cache
@@ -48,7 +57,7 @@ def _omitted_defaults(cls: type) -> dict[str, Any]:
     """Field name -> default, for the fields of `cls` left out of the encoding while at their default."""
     out = {}
     for f in dataclasses.fields(cls):
-        if f.metadata.get(values.OMIT_DEFAULT):
+        if f.metadata.get(OMIT_DEFAULT):
             if f.default is not dataclasses.MISSING:
                 out[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:

@@ -8,8 +8,10 @@ mutates after construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any, Literal
+
+from coevolve.codec import OMIT_DEFAULT, content_id, register
 
 HookEvent = Literal["before_call", "after_call", "on_turn", "on_finish"]
 HOOK_EVENTS: tuple[str, ...] = ("before_call", "after_call", "on_turn", "on_finish")
@@ -22,9 +24,6 @@ ErrorKind = Literal["none", "task", "infra"]
 ToolCallMode = Literal["free", "constrained"]
 TOOL_CALL_MODES: tuple[str, ...] = ("free", "constrained")
 
-# A field whose metadata carries OMIT_DEFAULT is left out of the encoding while it holds its default
-# (coevolve.codec), so adding it to a value type keeps the content id of every existing value.
-OMIT_DEFAULT = "omit_default"
 
 
 # --------------------------------------------------------------------------------------- harness
@@ -112,8 +111,6 @@ class Harness:
 
     @property
     def id(self) -> str:
-        from coevolve.codec import content_id
-
         return content_id(self)
 
     def section(self, name: str) -> PromptSection | None:
@@ -310,8 +307,6 @@ class Trajectory:
         """The content id of what happened: every field but the turns' wall-clock latencies, so a
         rollout replayed with the same instance, harness, model and seed has the same id in every run
         (correction rows cite it, and dataset and adapter ids are derived from those rows)."""
-        from coevolve.codec import content_id
-
         return content_id(replace(self, turns=tuple(replace(t, latency_s=0.0) for t in self.turns)))
 
     def public_view(self) -> Trajectory:
@@ -418,3 +413,7 @@ class EvalSummary:
     def pass_rate(self) -> float:
         scored = self.n - self.errors.get("infra", 0)
         return self.passed / scored if scored else 0.0
+
+
+register(obj for obj in list(globals().values()) if isinstance(obj, type) and is_dataclass(obj)
+         and obj.__module__ == __name__)
