@@ -48,8 +48,8 @@ def main() -> None:
     for name in args.families.split(","):
         family = get_family(name)
         harness = family.baseline_harness()
-        services = local_services(evaluator, Judge("synthetic/judge", complete),
-                                  ExpertRewriter("synthetic/expert", complete, family.handbook))
+        services = local_services(evaluator, Judge("synthetic/judge", complete, windows=gateway.budget),
+                                  ExpertRewriter("synthetic/expert", complete, family.handbook, windows=gateway.budget))
         student = None
         row = {"family": name}
         for arm in ("correction", "imitation"):

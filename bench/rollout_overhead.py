@@ -42,7 +42,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from coevolve.agents.executor import TASK_ID_LINE, openai_tool
 from coevolve.tasks import get_family
-from coevolve.testbed.policy import respond
+from coevolve.testbed.respond import respond
 
 MODEL = "synthetic/weak"
 CASES = ("pool", "latency", "gateway", "blocking")

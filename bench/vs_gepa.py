@@ -351,7 +351,7 @@ def _services(cfg: Config):
     gateway = Gateway()
     evaluator = LocalEvaluator(client=gateway)
     proposer = LLMProposer(cfg.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
-                           get_family(cfg.family).handbook)
+                           get_family(cfg.family).handbook, windows=gateway.budget)
     return evaluator, TextOnlyProposer(proposer)
 
 

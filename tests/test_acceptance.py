@@ -19,6 +19,7 @@ from coevolve.agents.meta.acceptance import (
     holm_accepted,
     sign_test_p,
 )
+from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from tests.rollouts import InProcessEvaluator, proposer_complete
@@ -145,7 +146,7 @@ def run_loop(tmp_path, **config):
     proposer = LLMProposer(
         "x/recorded",
         lambda m, msgs, tools, s: Completion({"role": "assistant", "content": answer}, 0, 0, 0.0),
-    )
+     windows=Gateway.budget,)
     cfg = EvolveConfig(
         family="iot",
         model="synthetic/weak",
@@ -213,7 +214,7 @@ def demo_evolution(store, seed, model, start, family_wise):
         budget=Budget(iterations=2, rollouts=400),
     )
     run_id = store.create_run("evolve", cfg.to_json())
-    proposer = LLMProposer(cfg.proposer, proposer_complete, website.handbook)
+    proposer = LLMProposer(cfg.proposer, proposer_complete, website.handbook, windows=Gateway.budget)
     result = HarnessEvolution(cfg, InProcessEvaluator(), proposer, store, run_id).run(start=start)
     return result, [e.payload for e in store.events(run_id, "decision")]
 

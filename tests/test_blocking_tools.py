@@ -12,7 +12,7 @@ import pytest
 
 from coevolve.agents.executor import Completion, Executor, resolve_tool_threads
 from coevolve.tasks import get_family
-from coevolve.testbed.policy import respond
+from coevolve.testbed.respond import respond
 
 FAM = get_family("iot")
 LATENCY_S = 0.2

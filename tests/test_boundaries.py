@@ -17,6 +17,7 @@ from coevolve.agents.meta import EvolveConfig, HarnessEvolution, LLMProposer
 from coevolve.agents.meta.evidence import build_evidence, describe_failure
 from coevolve.agents.meta.loop import Budget
 from coevolve.agents.meta.proposer import proposer_messages
+from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from coevolve.testbed.counterfactual import with_counterfactuals
@@ -69,7 +70,7 @@ def test_nothing_a_proposer_receives_during_evolution_holds_the_answer_key(tmp_p
     store = HarnessStore(tmp_path / "store")
     run_id = store.create_run("evolve", config.to_json())
     recording = Recording()
-    HarnessEvolution(config, InProcessEvaluator(), LLMProposer(proposer, recording, FAM.handbook), store, run_id).run()
+    HarnessEvolution(config, InProcessEvaluator(), LLMProposer(proposer, recording, FAM.handbook, windows=Gateway.budget), store, run_id).run()
     assert recording.seen
     for text in recording.seen:
         assert answer_key_leaks(text, FAM) == []
@@ -81,7 +82,7 @@ def test_synthetic_proposer_output_is_unchanged_when_the_answer_key_is_removed(w
     def dialogue(failures):
         evidence = build_evidence("iot", FAM.baseline_harness(), failures, [], 8)
         recording = Recording()
-        proposals, _ = LLMProposer("synthetic/meta", recording, FAM.handbook).propose(evidence, FAM.baseline_harness(), 3, seed=0)
+        proposals, _ = LLMProposer("synthetic/meta", recording, FAM.handbook, windows=Gateway.budget).propose(evidence, FAM.baseline_harness(), 3, seed=0)
         return recording.seen, [p.raw for p in proposals]
 
     with_key = dialogue(weak_failures)

@@ -14,7 +14,9 @@ import pytest
 import coevolve.testbed.policy as synthetic
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge
+from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
+from coevolve.testbed.respond import respond
 from tests.rollouts import proposer_complete, rollout_all
 
 FAMILIES = ("iot", "payroll", "browser")
@@ -40,9 +42,9 @@ def _rewrites(family: str, n: int = 4, k: int = 2):
     trajs = rollout_all(fam.generate("train", 16), fam.baseline_harness(), "synthetic/weak")
     out = []
     for t in [t for t in trajs if not t.passed][:n]:
-        locus = Judge("synthetic/judge", proposer_complete, retries=0).locate(t)
+        locus = Judge("synthetic/judge", proposer_complete, retries=0, windows=Gateway.budget).locate(t)
         spy = Spy()
-        cands = ExpertRewriter("synthetic/expert", spy, fam.handbook).rewrite(t, locus, k=k)
+        cands = ExpertRewriter("synthetic/expert", spy, fam.handbook, windows=Gateway.budget).rewrite(t, locus, k=k)
         out.append((t, cands, spy))
     return out
 
@@ -82,7 +84,7 @@ def test_the_rewriter_s_answers_are_unchanged_when_the_answer_key_raises(family,
     for _, _, spy in _rewrites(family, n=3):
         expected = [answer for *_, answer in spy.calls]
         with answer_key_raises(monkeypatch, family):
-            got = [synthetic.respond("expert", messages, tools, seed).message for messages, tools, seed, _ in spy.calls]
+            got = [respond("expert", messages, tools, seed).message for messages, tools, seed, _ in spy.calls]
         assert got == expected
 
 

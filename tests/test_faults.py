@@ -187,7 +187,7 @@ class _SyntheticUpstream(BaseHTTPRequestHandler):
         self._send({"object": "list", "data": [{"id": "weak", "object": "model"}]})
 
     def do_POST(self):
-        from coevolve.testbed.policy import respond
+        from coevolve.testbed.respond import respond
 
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         reply = respond(req["model"], req["messages"], req.get("tools") or [], seed=int(req.get("seed") or 0))

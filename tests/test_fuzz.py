@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from coevolve.agents.executor import Completion, Executor
 from coevolve.codec import decode, encode
 from coevolve.edits import HOOK_KINDS, EditError, apply_edit, edit_from_json, validate_harness
+from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 
 COUNTS: Counter[str] = Counter()
@@ -274,7 +275,7 @@ def test_judge_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
     from coevolve.agents.judge import UNKNOWN, Judge, RoleUsage
 
     COUNTS["judge_answers"] += 1
-    judge = Judge("fuzz/judge", _fake_complete(data))
+    judge = Judge("fuzz/judge", _fake_complete(data), windows=Gateway.budget)
     used = RoleUsage()
     locus = judge.locate(failed, usage=used)
     assert 0 <= locus.turn_index < len(failed.turns)
@@ -294,7 +295,7 @@ def test_expert_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
     from coevolve.agents.judge import RoleUsage
 
     COUNTS["expert_answers"] += 1
-    expert = ExpertRewriter("fuzz/expert", _fake_complete(data), FAM.handbook)
+    expert = ExpertRewriter("fuzz/expert", _fake_complete(data), FAM.handbook, windows=Gateway.budget)
     used = RoleUsage()
     k = data.draw(st.integers(1, 4))
     out = expert.rewrite(failed, _locus(failed), k, usage=used)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
+from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.tasks.base import Knowledge, ToolArgError
 from coevolve.tasks.refactor import CHANGELOG, apply_patch, make_patch, original_files, refactored_files
@@ -538,7 +539,7 @@ def _evolve_refactor(root: Path) -> tuple[str, int, float, int]:
                           plateau=2, budget=Budget(iterations=3, rollouts=10_000))
     store = HarnessStore(root)
     run_id = store.create_run("evolve", config.to_json())
-    proposer = LLMProposer(config.proposer, proposer_complete, FAM.handbook)
+    proposer = LLMProposer(config.proposer, proposer_complete, FAM.handbook, windows=Gateway.budget)
     result = HarnessEvolution(config, InProcessEvaluator(), proposer, store, run_id).run()
     return result.harness_id, result.rollouts_used, result.evolved_val, len(result.accepted)
 

@@ -31,6 +31,7 @@ from coevolve.agents.fit import (
     judge_stages,
 )
 from coevolve.agents.transcript import payload_from_messages, payload_message
+from coevolve.services.gateway import Gateway
 from tests.lifecycle_fixtures import tiny_model  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -378,14 +379,13 @@ def _complete(model, messages, tools, seed):
 
 
 def test_the_window_and_tokenizer_are_looked_up_like_a_real_models(provider, tiny_model):
-    from coevolve.agents.fit import budget_for
 
-    b = budget_for("windowed/judge", "judge")
+    b = Gateway.budget("windowed/judge", "judge")
     assert (b.window, b.reply, b.source) == (6144, 512, "litellm model info max_input_tokens")
     assert b.counted_by == f"tokenizer {tiny_model}"
-    s = budget_for("synthetic/weak", "judge")
+    s = Gateway.budget("synthetic/weak", "judge")
     assert (s.window, s.source, s.counted_by) == (8000, "synthetic profile", "synthetic count")
-    u = budget_for("nosuch/model-xyz", "expert")
+    u = Gateway.budget("nosuch/model-xyz", "expert")
     assert (u.window, u.reply, u.source) == (16_384, 1024, "default (unknown model)")
 
 
@@ -413,13 +413,13 @@ def test_judge_and_expert_with_a_small_window_get_fitted_prompts_and_answer(prov
         _complete("windowed/judge", raw, [], 0)
     provider.seen.clear()
 
-    judge, used = Judge("windowed/judge", _complete), RoleUsage()
+    judge, used = Judge("windowed/judge", _complete, windows=Gateway.budget), RoleUsage()
     locus = judge.locate(t, usage=used)
     assert not locus.reason.startswith(UNKNOWN) and used.failed_calls == 0 and used.fitted == 1
     assert used.cuts and used.cuts[-1].startswith("judge_locate: prompt ") and used.as_json()["cuts"] == used.cuts
     assert provider.seen and all(n <= 6144 - 512 for _, n in provider.seen)
 
-    expert, used = ExpertRewriter("windowed/expert", _complete, get_family("payroll").handbook), RoleUsage()
+    expert, used = ExpertRewriter("windowed/expert", _complete, get_family("payroll").handbook, windows=Gateway.budget), RoleUsage()
     cands = expert.rewrite(t, locus, k=2, usage=used)
     assert any("error" not in c for c in cands) and used.failed_calls == 0, cands
     assert any(line.startswith("expert: prompt ") for line in used.cuts)
@@ -446,7 +446,7 @@ def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what
     fam = get_family("payroll")
     cfg = BuildConfig(arm="correction", family="payroll", model="synthetic/weak", expert="windowed/expert",
                       judge="windowed/judge", rows=4, samples=1, k=2, concurrency=2)
-    services = local_services(InProcessEvaluator(), Judge(cfg.judge, _complete), ExpertRewriter(cfg.expert, _complete, fam.handbook))
+    services = local_services(InProcessEvaluator(), Judge(cfg.judge, _complete, windows=Gateway.budget), ExpertRewriter(cfg.expert, _complete, fam.handbook, windows=Gateway.budget))
     builder = DatasetBuilder(cfg, fam.baseline_harness(), fam.generate("train", 12), services)
     rows, stats = builder.build(builder.sample(cfg.model))
     corrected = [r for r in rows if r.provenance["kind"] == "corrected"]
@@ -471,7 +471,7 @@ def _evolution(tmp_path, proposer_model, iterations=1):
                           candidates=2, plateau=5, budget=EvolveBudget(iterations=iterations, rollouts=2000))
     store = HarnessStore(tmp_path / "store")
     run_id = store.create_run("evolve", config.to_json())
-    proposer = LLMProposer(proposer_model, _complete, get_family("payroll").handbook)
+    proposer = LLMProposer(proposer_model, _complete, get_family("payroll").handbook, windows=Gateway.budget)
     return HarnessEvolution(config, InProcessEvaluator(), proposer, store, run_id), store
 
 
@@ -502,13 +502,13 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     # the server enforces a smaller window than it reports: every call overflows, the refit too
     provider.enforced = {"judge": 300, "expert": 300, "meta": 300}
     used = RoleUsage()
-    locus = Judge("windowed/judge", _complete).locate(t, usage=used)
+    locus = Judge("windowed/judge", _complete, windows=Gateway.budget).locate(t, usage=used)
     assert locus.reason.startswith(f"{UNKNOWN}: the judge call failed") and "rule-based guess" in locus.reason
     assert used.failed_calls == 2 and "window exceeded: refitted to 3/4" in " ".join(used.cuts)
     guess = FailureLocus(t.id, locus.turn_index, "the rule-based guess")
-    cands = ExpertRewriter("windowed/expert", _complete, get_family("payroll").handbook).rewrite(t, guess, k=2)
+    cands = ExpertRewriter("windowed/expert", _complete, get_family("payroll").handbook, windows=Gateway.budget).rewrite(t, guess, k=2)
     assert all(c["error"].startswith("unknown: the expert call failed") for c in cands), cands
-    verdict = Judge("windowed/judge", _complete).score(t, locus, {"strategy": "s", "tool_call": {"name": "finish", "arguments": {}}})
+    verdict = Judge("windowed/judge", _complete, windows=Gateway.budget).score(t, locus, {"strategy": "s", "tool_call": {"name": "finish", "arguments": {}}})
     assert verdict["valid"] is False and verdict["score"] == 0.0  # the candidate is skipped
 
     # the evolve command's crash: the proposer's window exceeded ended the run with a traceback
@@ -526,10 +526,9 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     provider.enforced = {}
     monkeypatch.setenv("COEVOLVE_RETRY", "attempts=1")
     provider.fail_with = litellm.ServiceUnavailableError(message="upstream 503", llm_provider="windowed", model="judge")
-    from coevolve.services.gateway import Gateway
 
     gateway = Gateway()
-    judge = Judge("windowed/judge", lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), retries=0)
+    judge = Judge("windowed/judge", lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), retries=0, windows=Gateway.budget)
     locus = judge.locate(t, usage=(used := RoleUsage()))
     assert locus.reason.startswith(f"{UNKNOWN}: the judge call failed") and used.failed_calls == 1
 
@@ -544,12 +543,12 @@ def test_a_window_too_small_for_anything_calls_no_model(provider, payroll_failur
     monkeypatch.setenv("COEVOLVE_CONTEXT_WINDOWS", "windowed/judge=512,windowed/expert=512,windowed/meta=512")
     fam = get_family("payroll")
     t = payroll_failures[0]
-    locus = Judge("windowed/judge", _complete).locate(t, usage=(used := RoleUsage()))
+    locus = Judge("windowed/judge", _complete, windows=Gateway.budget).locate(t, usage=(used := RoleUsage()))
     assert locus.reason.startswith(f"{UNKNOWN}: the prompt does not fit the judge model's window even after cuts")
     assert used.calls == 0 and used.failed_calls == 1
-    cands = ExpertRewriter("windowed/expert", _complete, fam.handbook).rewrite(t, locus, k=2)
+    cands = ExpertRewriter("windowed/expert", _complete, fam.handbook, windows=Gateway.budget).rewrite(t, locus, k=2)
     assert all("does not fit the expert model's window" in c["error"] for c in cands)
-    proposals, comp = LLMProposer("windowed/meta", _complete, fam.handbook).propose(
+    proposals, comp = LLMProposer("windowed/meta", _complete, fam.handbook, windows=Gateway.budget).propose(
         build_evidence("payroll", fam.baseline_harness(), payroll_failures, [], 8), fam.baseline_harness(), 3, 0)
     assert len(proposals) == 1 and proposals[0].error.startswith("proposer call failed: the evidence does not fit")
     assert comp.prompt_tokens == 0 and provider.seen == []  # nothing was sent
@@ -597,9 +596,7 @@ def served_tiny_6k(tmp_path_factory, tiny_model, ray_session):
 @pytest.mark.slow
 def test_a_judge_served_by_vllm_at_a_small_window_gets_a_fitted_prompt_and_answers(served_tiny_6k, payroll_failures, tiny_model):
     from coevolve.agents.executor import ContextWindowExceeded
-    from coevolve.agents.fit import budget_for
     from coevolve.agents.judge import PROMPTS, Judge, RoleUsage
-    from coevolve.services.gateway import Gateway
 
     gateway = Gateway(timeout_s=300)
     sent = []
@@ -608,7 +605,7 @@ def test_a_judge_served_by_vllm_at_a_small_window_gets_a_fitted_prompt_and_answe
         sent.append(msgs)
         return gateway.complete(m, msgs, tools, seed=s, max_tokens=32)
 
-    budget = budget_for("vllm/tiny", "judge")
+    budget = Gateway.budget("vllm/tiny", "judge")
     assert (budget.window, budget.reply) == (6144, 512) and budget.source.startswith("server /v1/models")
     # Ray Serve LLM 2.60's /tokenize does not work with vLLM 0.32: the served folder's tokenizer counts
     assert budget.counted_by == f"tokenizer of the served folder {served_tiny_6k['sources']['tiny']}"
@@ -621,7 +618,18 @@ def test_a_judge_served_by_vllm_at_a_small_window_gets_a_fitted_prompt_and_answe
         complete("vllm/tiny", raw, [], 0)
     sent.clear()
     used = RoleUsage()
-    locus = Judge("vllm/tiny", complete, retries=0).locate(t, usage=used)
+    locus = Judge("vllm/tiny", complete, retries=0, windows=Gateway.budget).locate(t, usage=used)
     assert used.calls == 1 and used.failed_calls == 0 and used.fitted == 1  # the call went through
     assert locus.trajectory_id == t.id and used.cuts[-1].endswith(f"tokens ({budget.counted_by}) of 5632 allowed")
     assert len(sent) == 1 and count(sent[0]) <= 5632 and used.prompt_tokens <= 5632  # vLLM's own count too
+
+
+def test_a_role_fits_to_the_lookup_it_is_given_and_without_one_to_the_default():
+    from coevolve.agents.fit import DEFAULT_WINDOW, budget_for
+    from coevolve.agents.judge import Judge
+
+    assert budget_for("synthetic/weak", "judge", Gateway.budget).window == 8000
+    bare = budget_for("synthetic/weak", "judge", None)
+    assert (bare.window, bare.source, bare.count) == (DEFAULT_WINDOW, "default (no lookup)", None)
+    judge = Judge("synthetic/judge", lambda *a: None, windows=lambda m, r: bare)
+    assert judge._budget() is bare

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from tests.rollouts import InProcessEvaluator, proposer_complete
@@ -35,7 +36,7 @@ def config(**kw):
 def make_loop(path: Path, cfg, evaluator=None, loop_cls=HarnessEvolution):
     store = HarnessStore(path / "store")
     run_id = store.create_run("evolve", cfg.to_json())
-    proposer = LLMProposer(cfg.proposer, proposer_complete, IOT.handbook)
+    proposer = LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget)
     return loop_cls(cfg, evaluator or InProcessEvaluator(), proposer, store, run_id), store
 
 
@@ -149,7 +150,7 @@ def test_a_run_killed_after_a_screen_resumes_to_the_same_harness_and_spend(tmp_p
     with pytest.raises(Crash):
         loop.run()
     assert store.events(loop.run_id, "checkpoint") and screen_batches(store, loop.run_id)[-1][0].split("-")[1] == "it1"
-    resumed = HarnessEvolution(cfg, InProcessEvaluator(), LLMProposer(cfg.proposer, proposer_complete, IOT.handbook),
+    resumed = HarnessEvolution(cfg, InProcessEvaluator(), LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget),
                                HarnessStore(tmp_path / "crash" / "store", create=False), loop.run_id)
     result = resumed.run(resume=True)
     assert (result.harness_id, result.evolved_val, result.rollouts_used, result.iterations, result.rejected) == (

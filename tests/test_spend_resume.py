@@ -15,6 +15,7 @@ from coevolve.agents.judge import Judge
 from coevolve.agents.local import LocalEvaluator, local_services
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
 from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings, Services
+from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from tests.rollouts import _GATEWAY, proposer_complete
@@ -56,10 +57,10 @@ def services(store: HarnessStore, evaluator: LocalEvaluator) -> Services:
     from coevolve.jobs.adapt import train_on
     from coevolve.store.datasets import write_dataset
 
-    judge = Judge("synthetic/judge", proposer_complete)
+    judge = Judge("synthetic/judge", proposer_complete, windows=Gateway.budget)
 
     def build(family: str):
-        return local_services(evaluator, judge, ExpertRewriter("synthetic/expert", proposer_complete, get_family(family).handbook))
+        return local_services(evaluator, judge, ExpertRewriter("synthetic/expert", proposer_complete, get_family(family).handbook, windows=Gateway.budget))
 
     def train(dataset: str, adapter_id: str) -> dict:
         if any(a.id == adapter_id for a in store.list_adapters()):
@@ -68,7 +69,7 @@ def services(store: HarnessStore, evaluator: LocalEvaluator) -> Services:
 
     return Services(
         evaluate=evaluator.evaluate,
-        proposer=lambda family: LLMProposer("synthetic/meta", proposer_complete, get_family(family).handbook),
+        proposer=lambda family: LLMProposer("synthetic/meta", proposer_complete, get_family(family).handbook, windows=Gateway.budget),
         build_services=build,
         write_dataset=lambda rows, manifest: write_dataset(store.root, rows, manifest).id,
         train=train,
@@ -128,7 +129,7 @@ def test_a_resumed_evolution_reuses_the_rollouts_it_stored_after_its_last_checkp
     def loop(root: Path, evaluator, run_id: str | None = None):
         store = HarnessStore(root)
         rid = run_id or store.create_run("evolve", config.to_json())
-        return HarnessEvolution(config, evaluator, LLMProposer(config.proposer, proposer_complete, fam.handbook), store, rid), store
+        return HarnessEvolution(config, evaluator, LLMProposer(config.proposer, proposer_complete, fam.handbook, windows=Gateway.budget), store, rid), store
 
     reference, _ = loop(tmp_path / "ref", Counted())
     expected = reference.run()

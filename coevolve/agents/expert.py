@@ -25,7 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.agents.executor import Completion, ContextWindowExceeded, ModelUnavailable, assistant_positions
-from coevolve.agents.fit import CUT_NOTE, TOOL_SHARE, Budget, budget_for, expert_stages, fit, fit_tool_result
+from coevolve.agents.fit import (
+    CUT_NOTE,
+    TOOL_SHARE,
+    Budget,
+    BudgetLookup,
+    budget_for,
+    expert_stages,
+    fit,
+    fit_tool_result,
+)
 from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
 from coevolve.agents.judge import RoleUsage
 from coevolve.agents.transcript import answer_json, payload_message, tool_schemas, turn_records
@@ -66,11 +75,12 @@ class ExpertRewriter:
     retries: int = 1
     max_tool_rounds: int = 3
     usage: RoleUsage = field(default_factory=RoleUsage)
-    budget: Budget | None = None  # the model's context window; None: looked up on first use
+    budget: Budget | None = None  # the model's context window; None: from `windows` on first use
+    windows: BudgetLookup | None = None  # the model client's window lookup (None: `default_budget`)
 
     def _budget(self) -> Budget:
         if self.budget is None:
-            self.budget = budget_for(self.model, "expert")
+            self.budget = budget_for(self.model, "expert", self.windows)
         return self.budget
 
     def rewrite(

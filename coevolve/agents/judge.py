@@ -26,7 +26,7 @@ from typing import Any
 from jsonschema import Draft7Validator
 
 from coevolve.agents.executor import Completion, ContextWindowExceeded, ModelUnavailable
-from coevolve.agents.fit import CUT_NOTE, Budget, Stage, budget_for, fit, judge_stages
+from coevolve.agents.fit import CUT_NOTE, Budget, BudgetLookup, Stage, budget_for, fit, judge_stages
 from coevolve.agents.transcript import (
     answer_json,
     first_error_turn,
@@ -104,11 +104,12 @@ class Judge:
     complete: Complete
     retries: int = 2
     usage: RoleUsage = field(default_factory=RoleUsage)
-    budget: Budget | None = None  # the model's context window; None: looked up on first use
+    budget: Budget | None = None  # the model's context window; None: from `windows` on first use
+    windows: BudgetLookup | None = None  # the model client's window lookup (None: `default_budget`)
 
     def _budget(self) -> Budget:
         if self.budget is None:
-            self.budget = budget_for(self.model, "judge")
+            self.budget = budget_for(self.model, "judge", self.windows)
         return self.budget
 
     def _ask(

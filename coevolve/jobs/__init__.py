@@ -621,7 +621,8 @@ def run_evolve(
         from coevolve.tasks import get_family
 
         handbook = get_family(config.family).handbook if config.handbook else None
-        proposer = LLMProposer(config.proposer, lambda m, msgs, tools, seed: gateway.complete(m, msgs, tools, seed=seed), handbook)
+        proposer = LLMProposer(config.proposer, lambda m, msgs, tools, seed: gateway.complete(m, msgs, tools, seed=seed), handbook,
+                                 windows=gateway.budget)
         loop = HarnessEvolution(config, PoolEvaluator(pool), proposer, store, run_id, on_progress=on_progress)
         try:
             result = loop.run(resume=bool(resume))

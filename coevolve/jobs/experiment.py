@@ -215,7 +215,8 @@ class Experiment:
         )
         rid = self.store.create_run("evolve", ec.to_json())
         gateway = self.gateway
-        proposer = LLMProposer(cfg.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), family.handbook)
+        proposer = LLMProposer(cfg.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), family.handbook,
+                                 windows=gateway.budget)
         r = HarnessEvolution(ec, PoolEvaluator(self.pool), proposer, self.store, rid).run()
         self.store.finish_run(rid, "done", {"harness_id": r.harness_id})
         return {"harness_id": r.harness_id, "run_id": rid, "val": [r.baseline_val, r.evolved_val],

@@ -159,7 +159,7 @@ class MetaAgent:
 
         def proposer(family: str) -> Any:
             return LLMProposer(p.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
-                               get_family(family).handbook)
+                               get_family(family).handbook, windows=gateway.budget)
 
         def train(dataset: str, adapter_id: str) -> dict[str, Any]:
             if any(a.id == adapter_id for a in store.list_adapters()):

@@ -66,6 +66,7 @@ from coevolve.agents.executor import (
     ModelUnavailable,
     RetryPolicy,
 )
+from coevolve.agents.fit import Budget
 from coevolve.llm import constrained as cs
 from coevolve.llm.faults import ATTEMPT_HEADER
 from coevolve.values import TOOL_CALL_MODES, DecodingPolicy, ModelRef
@@ -384,6 +385,14 @@ class Gateway:
                     raise err from None
             await asyncio.sleep(delay)
             attempt += 1
+
+    @staticmethod
+    def budget(model: str, role: str) -> Budget:
+        """A role model's context window and prompt counter (`coevolve.services.context_windows`): what
+        the roles (judge, expert, proposer) wired to this gateway fit their prompts to."""
+        from coevolve.services.context_windows import lookup  # lazy: it imports the serving modules
+
+        return lookup(model, role)
 
     def complete(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0,

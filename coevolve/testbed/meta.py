@@ -32,6 +32,7 @@ from typing import Any
 
 from coevolve.agents.context import approx_tokens, message_tokens
 from coevolve.agents.handbook_tools import handbook_call, handbook_calls, rank_sections, read_sections
+from coevolve.testbed.policy import SyntheticReply
 
 USELESS = [
     {"op": "set_section", "name": "tone", "text": "Be polite, concise and professional in every message."},
@@ -57,7 +58,6 @@ CHECKLIST_ITEMS = 4
 def propose(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int, generic_only: bool = False):
     """One reply of the synthetic proposer: handbook tool calls, or the final JSON answer."""
     from coevolve.agents.meta.proposer import evidence_from_messages
-    from coevolve.testbed.policy import SyntheticReply
 
     evidence = evidence_from_messages(messages)
     offered = {t["function"]["name"] for t in tools or ()}

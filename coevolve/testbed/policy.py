@@ -453,45 +453,6 @@ class SyntheticPolicy:
         return SyntheticReply({"role": "assistant", "content": text}, prompt_tokens, approx_tokens(text))
 
 
-def respond(
-    model: str,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    seed: int = 0,
-    adapter: dict[str, Any] | None = None,
-    adapter_id: str | None = None,
-    *,
-    constrained: bool = False,
-    temperature: float | None = None,
-) -> SyntheticReply:
-    """One reply of `synthetic/<model>[@adapter_id]`. The adapter is part of the model's identity, so it
-    samples differently from its base (as different weights would), not with common random numbers.
-    `constrained` and `temperature` come from the request (module doc); only the agent policies take
-    them: a role (proposer, judge, expert) answers in text."""
-    from coevolve.testbed.roles import answer, role_of
-
-    profile = profile_for(model, adapter)
-    role = role_of(messages)
-    if constrained and (profile.name in ("meta", "meta-generic", "judge") or role is not None):
-        raise ValueError(f"synthetic/{model} answers this prompt in text; it cannot make a constrained tool call")
-    if temperature is not None:
-        profile = replace(profile, temperature=float(temperature))
-    if profile.name in ("meta", "meta-generic"):
-        from coevolve.testbed.meta import propose
-
-        reply = propose(messages, tools, seed, generic_only=profile.name == "meta-generic")
-    elif role is not None:
-        reply = answer(role, messages, tools, profile.name, seed)
-    elif profile.name == "judge":
-        raise ValueError("synthetic/judge answers the judge's prompts only")
-    else:
-        reply = SyntheticPolicy(profile).respond(
-            messages, tools, seed, f"{model}@{adapter_id}" if adapter_id else model, constrained=constrained
-        )
-    cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token
-    return replace(reply, cost_usd=cost)
-
-
 def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
     """A synthetic adapter learned from training rows (DESIGN §5), through the same job interface as
     LoRA: facts stated (and not contradicted) in loss-bearing turns become known; the share of

@@ -37,7 +37,8 @@ from litellm.types.utils import ChatCompletionMessageToolCall, Choices, Function
 from coevolve.agents.context import approx_tokens
 from coevolve.llm import constrained as cs
 from coevolve.llm import faults as fx
-from coevolve.testbed.policy import SyntheticReply, respond
+from coevolve.testbed.policy import SyntheticReply
+from coevolve.testbed.respond import respond
 
 _attempts = fx.AttemptCounter()
 

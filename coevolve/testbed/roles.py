@@ -35,6 +35,7 @@ from coevolve.agents.context import approx_tokens, message_tokens
 from coevolve.agents.handbook_tools import handbook_call, handbook_calls, rank_sections, read_sections
 from coevolve.agents.transcript import payload_from_messages
 from coevolve.analysis.rollouts import reads_only
+from coevolve.testbed.policy import PROFILES, SyntheticPolicy, SyntheticReply
 
 ROLE_HEADER = re.compile(r"^ROLE: ([a-z-]+)")
 STOP = frozenset(["a", "an", "the", "of", "to", "in", "on", "at", "for", "and", "or", "is", "are", "be", "was", "not", "no", "any", "all", "each", "every", "its", "it", "this", "that", "with", "by", "as"])
@@ -47,7 +48,6 @@ def role_of(messages: list[dict[str, Any]]) -> str | None:
 
 
 def answer(role: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], profile_name: str, seed: int):
-    from coevolve.testbed.policy import SyntheticReply
 
     payload = payload_from_messages(messages)
     if role == "judge-locate":
@@ -193,7 +193,6 @@ def rewrite_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]], s
     sections it read; it never rebuilds the instance's world, plan or traps and never reads the
     family's fact list (the one documented simplification: the executor policy that computes a call's
     arguments for the state it sees, as every synthetic model does)."""
-    from coevolve.testbed.policy import SyntheticReply
 
     payload = payload_from_messages(messages)
     offered = {t["function"]["name"] for t in tools or ()}
@@ -244,7 +243,6 @@ def rewrite(payload: dict[str, Any], seed: int, handbook_text: Sequence[str] = (
     with the handbook sections it read in view (as a model applies what it just read); the strategy
     cites the read passages that bear on that call and the task, in the handbook's words, else says in
     the rewriter's own words what to do."""
-    from coevolve.testbed.policy import PROFILES, SyntheticPolicy
 
     messages = [dict(m) for m in payload["prefix_messages"]]
     if handbook_text:

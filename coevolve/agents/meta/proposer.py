@@ -28,6 +28,7 @@ from coevolve.agents.fit import (
     CUT_NOTE,
     TOOL_SHARE,
     Budget,
+    BudgetLookup,
     budget_for,
     evidence_stages,
     fit,
@@ -134,17 +135,19 @@ class LLMProposer:
     evidence alone). At most `max_tool_rounds` rounds of tool calls, then the model must answer."""
 
     def __init__(self, model: str, complete: Complete, handbook: Handbook | None = None, max_tool_rounds: int = 4,
-                 budget: Budget | None = None):
-        """`budget`: the model's context window (None: looked up on the first proposal)."""
+                 budget: Budget | None = None, windows: BudgetLookup | None = None):
+        """`budget`: the model's context window (None: from `windows`, the model client's window lookup,
+        on the first proposal; no lookup: `default_budget`)."""
         self.model = model
         self.complete = complete
         self.handbook = handbook
         self.max_tool_rounds = max_tool_rounds
         self.budget = budget
+        self.windows = windows
 
     def _budget(self) -> Budget:
         if self.budget is None:
-            self.budget = budget_for(self.model, "proposer")
+            self.budget = budget_for(self.model, "proposer", self.windows)
         return self.budget
 
     def propose(self, evidence: dict[str, Any], harness: Harness, k: int, seed: int) -> tuple[list[Proposal], Completion]:

@@ -55,12 +55,12 @@ class RoleWorker:
             return gateway.complete(m, messages, tools, seed=seed)
 
         if role == "judge":
-            self.agent: Any = Judge(model, complete)
+            self.agent: Any = Judge(model, complete, windows=gateway.budget)
         elif role == "expert":
             from coevolve.tasks import get_family
 
             handbook = get_family(family).handbook if family else None
-            self.agent = ExpertRewriter(model, complete, handbook)
+            self.agent = ExpertRewriter(model, complete, handbook, windows=gateway.budget)
         else:
             raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
 
