@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NamedTuple
 
 from coevolve.tasks.handbook import Handbook
+from coevolve.tasks.tools import Param, tool_spec
 from coevolve.text import bounded
 from coevolve.values import Harness, Outcome, PromptSection, TaskInstance, ToolSpec
 
@@ -480,7 +481,10 @@ class TaskEnv(ABC):
             return replace(out, content=content)
         return ToolResult(bounded(out if isinstance(out, str) else json.dumps(out, sort_keys=True), MAX_OBSERVATION_CHARS))
 
-    def tool_finish(self, summary: str = "") -> ToolResult:
+    def tool_finish(
+        self, summary: Annotated[str, Param(description="one-line summary of what you did")] = ""
+    ) -> ToolResult:
+        """Call when the task is complete. Ends the episode."""
         self.finished = True
         return ToolResult("finished", finished=True)
 
@@ -499,24 +503,12 @@ def _clean_type_error(e: TypeError) -> str:
     return re.sub(r"^\S*\(\)\s*", "", str(e))
 
 
-FINISH_TOOL = ToolSpec(
-    name="finish",
-    description="Call when the task is complete. Ends the episode.",
-    parameters={
-        "type": "object",
-        "properties": {"summary": {"type": "string", "description": "one-line summary of what you did"}},
-        "required": [],
-        "additionalProperties": False,
-    },
-    impl="finish",
-)
+FINISH_TOOL = tool_spec(TaskEnv.tool_finish, required_always=True)
 
 
 @lru_cache(maxsize=1024)
-def _cached_world(family: str, seed: int, params_json: str) -> Any:
-    from coevolve.tasks import get_family
-
-    return get_family(family).build_world(seed, json.loads(params_json))
+def _cached_world(family: TaskFamily, seed: int, params_json: str) -> Any:
+    return family.build_world(seed, json.loads(params_json))
 
 
 def instance_seed(family: str, split: str, index: int, params: dict[str, Any]) -> int:
@@ -592,7 +584,7 @@ class TaskFamily(ABC):
     # ---------------------------------------------------------------- per family
     def world(self, seed: int, params: dict[str, Any]) -> Any:
         """The instance's hidden data, a pure function of (seed, params), built once and cached."""
-        return _cached_world(self.name, seed, json.dumps(params, sort_keys=True))
+        return _cached_world(self, seed, json.dumps(params, sort_keys=True))
 
     @abstractmethod
     def build_world(self, seed: int, params: dict[str, Any]) -> Any:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Annotated, Any
 
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, read_only_authorizer
 from coevolve.tasks.iot.world import IotWorld, _fmt
+from coevolve.tasks.tools import Param, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
 
 MAX_ROWS = 5000
+Machine = Annotated[str, Param(description="a machine code such as M01")]
+Sensor = Annotated[str, Param(description="a sensor name such as temperature")]
 
 
 class IotEnv(TaskEnv):
@@ -33,7 +36,8 @@ class IotEnv(TaskEnv):
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
-    def tool_sql_query(self, query: str) -> ToolResult:
+    def tool_sql_query(self, query: Annotated[str, Param(minLength=1)]) -> ToolResult:
+        """Run a read-only SQL query on the sqlite table readings(machine, sensor, ts, value)."""
         if not isinstance(query, str) or not query.strip():
             raise ToolArgError("query must be a non-empty SQL string")
         try:
@@ -48,6 +52,7 @@ class IotEnv(TaskEnv):
         return ToolResult("\n".join(lines) + f"\n({min(len(rows), MAX_ROWS)} rows)")
 
     def tool_read_parameters(self) -> str:
+        """Read the parameters sheet (normal ranges per sensor and per-machine overrides) as CSV."""
         w = self.world
         lines = ["# normal ranges", "sensor,min,max"]
         lines += [f"{s},{lo:g},{hi:g}" for s, (lo, hi) in w.ranges.items()]
@@ -55,7 +60,8 @@ class IotEnv(TaskEnv):
         lines += [f"{m},{s},{lo:g},{hi:g}" for (m, s), (lo, hi) in sorted(w.overrides.items())]
         return "\n".join(lines)
 
-    def tool_upload_report(self, key: str, content: str) -> str:
+    def tool_upload_report(self, key: Annotated[str, Param(pattern="^[A-Za-z0-9_./-]+$")], content: str) -> str:
+        """Upload a text object to the object store at the given key."""
         if not isinstance(key, str) or not key or len(key) > 300:
             raise ToolArgError("key must be a non-empty string")
         if not isinstance(content, str):
@@ -64,6 +70,7 @@ class IotEnv(TaskEnv):
         return f"uploaded {len(content)} bytes to {key}"
 
     def tool_list_objects(self) -> str:
+        """List the keys in the object store."""
         return "\n".join(sorted(self.objects)) or "(empty)"
 
     # ------------------------------------------------------------------ helper tools (not in the baseline)
@@ -75,7 +82,9 @@ class IotEnv(TaskEnv):
             raise ToolArgError(f"unknown sensor {str(sensor)[:40]!r} (sensors: {', '.join(w.sensors)})")
         return machine, sensor
 
-    def tool_applicable_range(self, machine: str, sensor: str) -> str:
+    def tool_applicable_range(self, machine: Machine, sensor: Sensor) -> str:
+        """The normal range in force for one machine and sensor, from the parameters sheet: the machine's
+        override row if it has one, else the sensor's default range."""
         m, s = self._cell(machine, sensor)
         lo, hi = self.world.ranges[s]
         if (m, s) in self.world.overrides:
@@ -83,7 +92,18 @@ class IotEnv(TaskEnv):
             return f"{m} {s}: min {olo:g}, max {ohi:g} (override row; the default for {s} is {lo:g} to {hi:g})"
         return f"{m} {s}: min {lo:g}, max {hi:g} (the default for {s}; no override row)"
 
-    def tool_out_of_range_runs(self, machine: str, sensor: str, min: float, max: float, min_length: int = 1) -> str:
+    def tool_out_of_range_runs(
+        self,
+        machine: Machine,
+        sensor: Sensor,
+        min: float,
+        max: float,
+        min_length: Annotated[int, Param(minimum=1, description="shortest run listed (default 1)")] = 1,
+    ) -> str:
+        """The runs of consecutive readings of one machine's sensor that lie strictly outside [min, max] (a
+        reading equal to min or max is inside; a NULL reading is never outside and ends a run), with each
+        run's start and end timestamps, its length in readings and its peak (the reading furthest from the
+        middle of [min, max]). Only runs of at least min_length readings are listed."""
         m, s = self._cell(machine, sensor)
         for name, v in (("min", min), ("max", max)):
             if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -125,75 +145,7 @@ def out_of_range_runs(values: tuple[float | None, ...], lo: float, hi: float) ->
     return out
 
 
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "sql_query",
-        "Run a read-only SQL query on the sqlite table readings(machine, sensor, ts, value).",
-        {
-            "type": "object",
-            "properties": {"query": {"type": "string", "minLength": 1}},
-            "required": ["query"],
-            "additionalProperties": False,
-        },
-        "sql_query",
-    ),
-    ToolSpec(
-        "read_parameters",
-        "Read the parameters sheet (normal ranges per sensor and per-machine overrides) as CSV.",
-        {"type": "object", "properties": {}, "additionalProperties": False},
-        "read_parameters",
-    ),
-    ToolSpec(
-        "upload_report",
-        "Upload a text object to the object store at the given key.",
-        {
-            "type": "object",
-            "properties": {
-                "key": {"type": "string", "pattern": "^[A-Za-z0-9_./-]+$"},
-                "content": {"type": "string"},
-            },
-            "required": ["key", "content"],
-            "additionalProperties": False,
-        },
-        "upload_report",
-    ),
-    ToolSpec(
-        "list_objects",
-        "List the keys in the object store.",
-        {"type": "object", "properties": {}, "additionalProperties": False},
-        "list_objects",
-    ),
+TOOLS = tool_specs(
+    IotEnv.tool_sql_query, IotEnv.tool_read_parameters, IotEnv.tool_upload_report, IotEnv.tool_list_objects
 )
-
-_CELL = {
-    "machine": {"type": "string", "description": "a machine code such as M01"},
-    "sensor": {"type": "string", "description": "a sensor name such as temperature"},
-}
-HELPER_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "applicable_range",
-        "The normal range in force for one machine and sensor, from the parameters sheet: the machine's "
-        "override row if it has one, else the sensor's default range.",
-        {"type": "object", "properties": _CELL, "required": ["machine", "sensor"], "additionalProperties": False},
-        "applicable_range",
-    ),
-    ToolSpec(
-        "out_of_range_runs",
-        "The runs of consecutive readings of one machine's sensor that lie strictly outside [min, max] (a "
-        "reading equal to min or max is inside; a NULL reading is never outside and ends a run), with each "
-        "run's start and end timestamps, its length in readings and its peak (the reading furthest from the "
-        "middle of [min, max]). Only runs of at least min_length readings are listed.",
-        {
-            "type": "object",
-            "properties": {
-                **_CELL,
-                "min": {"type": "number"},
-                "max": {"type": "number"},
-                "min_length": {"type": "integer", "minimum": 1, "description": "shortest run listed (default 1)"},
-            },
-            "required": ["machine", "sensor", "min", "max"],
-            "additionalProperties": False,
-        },
-        "out_of_range_runs",
-    ),
-)
+HELPER_TOOLS = tool_specs(IotEnv.tool_applicable_range, IotEnv.tool_out_of_range_runs)
