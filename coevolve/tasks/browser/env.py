@@ -6,7 +6,7 @@ runs for both backends, so errors and observations do not depend on the backend.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urljoin, urlsplit
 
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
@@ -24,12 +24,15 @@ from coevolve.tasks.browser.dom import (
     render_tree,
 )
 from coevolve.tasks.browser.world import STATUSES, BrowserWorld, money
+from coevolve.tasks.tools import Param, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
 
 MAX_URL = 2000
 MAX_TEXT = 5000
 MAX_ANSWER = 1000
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "app", "")
+NonEmpty = Annotated[str, Param(minLength=1)]
+Element = Annotated[NonEmpty, Param(description="an element id as read_page shows it after '#'")]
 
 
 class BrowserEnv(TaskEnv):
@@ -89,7 +92,8 @@ class BrowserEnv(TaskEnv):
             raise ToolArgError(f"the browser could not do that: {type(e).__name__}: {str(e)[:300]}") from None
 
     # ------------------------------------------------------------------------------ tools
-    def tool_goto(self, url: str) -> str:
+    def tool_goto(self, url: NonEmpty) -> str:
+        """Open a page of the web application by path, e.g. /admin/orders."""
         if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL:
             raise ToolArgError("url must be a path such as /admin/orders (or a full URL of this application)")
         parts = urlsplit(url.strip())
@@ -102,9 +106,12 @@ class BrowserEnv(TaskEnv):
         return self._where(f"goto {target}")
 
     def tool_read_page(self) -> str:
+        """Read the current page as a text accessibility tree. Actionable elements appear as
+        [role "name" #id ...]; use the id with click, type, select and submit."""
         return render_tree(self._dom(), self.session.url, self.session.status)
 
-    def tool_click(self, element: str) -> str:
+    def tool_click(self, element: Element) -> str:
+        """Click an element (link, button, checkbox) by id."""
         root, node = self._element(element)
         role = kind(node)
         name = describe(node, labels(root))
@@ -129,7 +136,8 @@ class BrowserEnv(TaskEnv):
             raise ToolArgError(f"#{eid} is a combobox; use select to choose an option")
         raise ToolArgError(f"#{eid} is not clickable (a <{node.tag}> element)")
 
-    def tool_type(self, element: str, text: str) -> str:
+    def tool_type(self, element: Element, text: str) -> str:
+        """Replace the text of a textbox by id."""
         if not isinstance(text, str) or len(text) > MAX_TEXT:
             raise ToolArgError(f"text must be a string of at most {MAX_TEXT} characters")
         root, node = self._element(element)
@@ -139,7 +147,8 @@ class BrowserEnv(TaskEnv):
         self._act(self.session.fill, eid, text)
         return f"typed {len(text)} characters into {describe(self._dom().by_id(eid) or node, labels(root))}"
 
-    def tool_select(self, element: str, option: str) -> str:
+    def tool_select(self, element: Element, option: NonEmpty) -> str:
+        """Choose an option (by value or visible label) in a combobox by id."""
         if not isinstance(option, str) or not option.strip() or len(option) > 300:
             raise ToolArgError("option must be an option value or its visible label")
         _root, node = self._element(element)
@@ -157,7 +166,8 @@ class BrowserEnv(TaskEnv):
         self._act(self.session.choose, eid, option_value(match))
         return f"selected {option_value(match)!r} ({match.text()}) in #{eid}"
 
-    def tool_submit(self, form: str) -> str:
+    def tool_submit(self, form: Element) -> str:
+        """Submit a form by id, as pressing Enter in it would (with its default button)."""
         _, node = self._element(form)
         f = node if node.tag == "form" else node.form()
         if f is None or not f.attrs.get("id"):
@@ -167,7 +177,8 @@ class BrowserEnv(TaskEnv):
         via = f" with its default button {button.text()!r}" if button is not None else ""
         return self._where(f"submitted form #{f.attrs['id']}{via}")
 
-    def tool_answer(self, answer: str) -> str:
+    def tool_answer(self, answer: NonEmpty) -> str:
+        """Give the answer to a question the task asks. The last answer counts."""
         if not isinstance(answer, str) or not answer.strip() or len(answer) > MAX_ANSWER:
             raise ToolArgError(f"answer must be a non-empty string of at most {MAX_ANSWER} characters")
         self.answer = answer.strip()
@@ -176,7 +187,9 @@ class BrowserEnv(TaskEnv):
     # ------------------------------------------------------------------------------ helper tools
     # Not in the baseline harness. They read what the admin's grids and pages show (the application's
     # current state), in-process for both backends, and change nothing.
-    def tool_find_order(self, order_number: str) -> str:
+    def tool_find_order(self, order_number: NonEmpty) -> str:
+        """Find an order by the order number customers and tasks quote: its entity id and admin page URL,
+        date, status, bill-to name and grand total, as the Orders grid shows them."""
         if not isinstance(order_number, str) or not order_number.strip().lstrip("#").isdigit() or len(order_number) > 40:
             raise ToolArgError("order_number must be an order number such as 000000123 or #000000123")
         n = int(order_number.strip().lstrip("#"))
@@ -189,7 +202,9 @@ class BrowserEnv(TaskEnv):
             f"{STATUSES[self.app.orders[o.eid].status]}, bill-to {c.name if c else '?'}, grand total {money(o.total)}"
         )
 
-    def tool_find_customers(self, query: str) -> str:
+    def tool_find_customers(self, query: NonEmpty) -> str:
+        """Customers whose name or email contains the query: id, name, email, admin page URL and number of
+        orders, as the Customers grid shows them."""
         if not isinstance(query, str) or not query.strip() or len(query) > 200:
             raise ToolArgError("query must be a name or email (or part of one)")
         needle = query.strip().lower()
@@ -205,6 +220,8 @@ class BrowserEnv(TaskEnv):
         return "\n".join(lines)
 
     def tool_latest_order(self, customer_id: int) -> str:
+        """A customer's most recent order (by purchase date): its number, date, status and grand total
+        exactly as the admin shows it."""
         c = self.world.customer(customer_id) if isinstance(customer_id, int) and not isinstance(customer_id, bool) else None
         if c is None:
             raise ToolArgError(f"no customer with id {str(customer_id)[:40]}")
@@ -217,7 +234,8 @@ class BrowserEnv(TaskEnv):
             f"{o.placed}, status {STATUSES[self.app.orders[o.eid].status]}, grand total {money(o.total)}"
         )
 
-    def tool_forum_form(self, forum: str) -> str:
+    def tool_forum_form(self, forum: NonEmpty) -> str:
+        """The URL of the new-post form of a forum, by the forum's name or slug."""
         if not isinstance(forum, str) or not forum.strip() or len(forum) > 200:
             raise ToolArgError("forum must be a forum's name or slug")
         want = forum.strip().lower()
@@ -227,40 +245,22 @@ class BrowserEnv(TaskEnv):
         return f"forum {f.name!r}: new-post form at /f/{f.slug}/submit"
 
 
-def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
-
-
 SESSION_TOOLS = frozenset({"goto", "read_page", "click", "type", "select", "submit"})
-ELEMENT = {"type": "string", "minLength": 1, "description": "an element id as read_page shows it after '#'"}
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("goto", "Open a page of the web application by path, e.g. /admin/orders.",
-             _obj({"url": {"type": "string", "minLength": 1}}, ["url"]), "goto"),
-    ToolSpec("read_page", "Read the current page as a text accessibility tree. Actionable elements appear as "
-             "[role \"name\" #id ...]; use the id with click, type, select and submit.", _obj({}, []), "read_page"),
-    ToolSpec("click", "Click an element (link, button, checkbox) by id.", _obj({"element": ELEMENT}, ["element"]),
-             "click"),
-    ToolSpec("type", "Replace the text of a textbox by id.",
-             _obj({"element": ELEMENT, "text": {"type": "string"}}, ["element", "text"]), "type"),
-    ToolSpec("select", "Choose an option (by value or visible label) in a combobox by id.",
-             _obj({"element": ELEMENT, "option": {"type": "string", "minLength": 1}}, ["element", "option"]),
-             "select"),
-    ToolSpec("submit", "Submit a form by id, as pressing Enter in it would (with its default button).",
-             _obj({"form": ELEMENT}, ["form"]), "submit"),
-    ToolSpec("answer", "Give the answer to a question the task asks. The last answer counts.",
-             _obj({"answer": {"type": "string", "minLength": 1}}, ["answer"]), "answer"),
+# `required` even when empty, as these schemas were first written (harness ids hash them)
+TOOLS = tool_specs(
+    BrowserEnv.tool_goto,
+    BrowserEnv.tool_read_page,
+    BrowserEnv.tool_click,
+    BrowserEnv.tool_type,
+    BrowserEnv.tool_select,
+    BrowserEnv.tool_submit,
+    BrowserEnv.tool_answer,
+    required_always=True,
 )
-
-HELPER_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("find_order", "Find an order by the order number customers and tasks quote: its entity id and admin "
-             "page URL, date, status, bill-to name and grand total, as the Orders grid shows them.",
-             _obj({"order_number": {"type": "string", "minLength": 1}}, ["order_number"]), "find_order"),
-    ToolSpec("find_customers", "Customers whose name or email contains the query: id, name, email, admin page URL "
-             "and number of orders, as the Customers grid shows them.",
-             _obj({"query": {"type": "string", "minLength": 1}}, ["query"]), "find_customers"),
-    ToolSpec("latest_order", "A customer's most recent order (by purchase date): its number, date, status and "
-             "grand total exactly as the admin shows it.",
-             _obj({"customer_id": {"type": "integer"}}, ["customer_id"]), "latest_order"),
-    ToolSpec("forum_form", "The URL of the new-post form of a forum, by the forum's name or slug.",
-             _obj({"forum": {"type": "string", "minLength": 1}}, ["forum"]), "forum_form"),
+HELPER_TOOLS = tool_specs(
+    BrowserEnv.tool_find_order,
+    BrowserEnv.tool_find_customers,
+    BrowserEnv.tool_latest_order,
+    BrowserEnv.tool_forum_form,
+    required_always=True,
 )
