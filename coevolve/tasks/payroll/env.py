@@ -9,7 +9,7 @@ import json
 import math
 import sqlite3
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, read_only_authorizer
 from coevolve.tasks.payroll.world import (
@@ -21,6 +21,7 @@ from coevolve.tasks.payroll.world import (
     Stub,
     _money,
 )
+from coevolve.tasks.tools import Param, fill_doc, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
 
 MAX_ROWS = 5000
@@ -35,6 +36,9 @@ SCHEMA = {
     "pay_stubs": "stub_id INTEGER, employee_id TEXT, period TEXT, regular_hours REAL, overtime_hours REAL, "
     "holiday_hours REAL, rate REAL, gross REAL, health REAL, k401 REAL, net REAL, paid_on TEXT",
 }
+NonEmpty = Annotated[str, Param(minLength=1)]
+EmployeeId = Annotated[str, Param(description="an employee id such as E123")]
+NonNegative = Annotated[float, Param(minimum=0)]
 
 
 def policy_text(w: PayrollWorld) -> str:
@@ -170,7 +174,10 @@ class PayrollEnv(TaskEnv):
         return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     # ------------------------------------------------------------------ tools
-    def tool_sql_query(self, query: str) -> ToolResult:
+    @fill_doc(tables="; ".join(f"{t}({SCHEMA[t]})" for t in TABLES))
+    def tool_sql_query(self, query: NonEmpty) -> ToolResult:
+        """Run read-only SQL (sqlite) on the payroll database; several statements separated by ';' return
+        one result block each. Tables: {tables}."""
         if not isinstance(query, str) or not query.strip():
             raise ToolArgError("query must be a non-empty SQL string")
         try:
@@ -204,9 +211,13 @@ class PayrollEnv(TaskEnv):
         return ToolResult("\n\n".join(blocks) if blocks else "error: no SQL statement", error=not blocks)
 
     def tool_read_policy(self) -> str:
+        """Read the company's pay-policy document (pay rules, holidays, deductions, contacts)."""
         return policy_text(self.world)
 
-    def tool_write_audit_report(self, content: str) -> str:
+    def tool_write_audit_report(
+        self, content: Annotated[NonEmpty, Param(description="the report as JSON")]
+    ) -> str:
+        """Save the audit report (replaces any earlier version): a JSON list of findings."""
         if not isinstance(content, str) or not content.strip():
             raise ToolArgError("content must be a non-empty string (the JSON report)")
         try:
@@ -216,7 +227,14 @@ class PayrollEnv(TaskEnv):
         self.report = content
         return f"audit report saved ({n} findings)"
 
-    def tool_send_email(self, to: str, subject: str, body: str, cc: list[str] | None = None) -> str:
+    def tool_send_email(
+        self,
+        to: Annotated[str, Param(description="one recipient address")],
+        subject: NonEmpty,
+        body: NonEmpty,
+        cc: Annotated[list[str] | None, Param(description="optional copy recipients")] = None,
+    ) -> str:
+        """Send an email."""
         for name, v in (("to", to), ("subject", subject), ("body", body)):
             if not isinstance(v, str) or not v.strip():
                 raise ToolArgError(f"{name} must be a non-empty string")
@@ -236,7 +254,19 @@ class PayrollEnv(TaskEnv):
             raise ToolArgError(f"unknown employee {str(employee_id)[:40]!r} (ids look like E123)")
         return e
 
-    def tool_week_hours(self, employee_id: str, period: str, daily_limit: float | None = None) -> str:
+    @fill_doc(WEEKLY_OT_HOURS=WEEKLY_OT_HOURS)
+    def tool_week_hours(
+        self,
+        employee_id: EmployeeId,
+        period: Annotated[str, Param(description="the period's Monday, e.g. 2026-03-02")],
+        daily_limit: Annotated[
+            float | None, Param(exclusiveMinimum=0, description="hours a day before overtime (omit for none)")
+        ] = None,
+    ) -> str:
+        """One employee's hours for one weekly period, from the timesheets: hours worked, hours on company
+        holidays, and the overtime of the non-holiday hours: hours over {WEEKLY_OT_HOURS:g} in the week,
+        plus hours over daily_limit in a day when daily_limit is given (those do not count again toward the
+        weekly limit); the rest are regular hours."""
         e = self._employee(employee_id)
         w = self.world
         if not isinstance(period, str) or period not in (*w.history, *w.periods):
@@ -252,7 +282,16 @@ class PayrollEnv(TaskEnv):
             f"({why}), holiday {h['holiday']:g} h."
         )
 
-    def tool_gross_pay(self, rate: float, regular_hours: float, overtime_hours: float, holiday_hours: float = 0.0) -> str:
+    @fill_doc(OT_MULT=OT_MULT, HOLIDAY_MULT=HOLIDAY_MULT)
+    def tool_gross_pay(
+        self,
+        rate: NonNegative,
+        regular_hours: NonNegative,
+        overtime_hours: NonNegative,
+        holiday_hours: NonNegative = 0.0,
+    ) -> str:
+        """Gross pay for hours at an hourly rate under the pay policy: rate x (regular + {OT_MULT:g} x
+        overtime + {HOLIDAY_MULT:g} x holiday hours), rounded to the cent."""
         for name, v in (("rate", rate), ("regular_hours", regular_hours), ("overtime_hours", overtime_hours),
                         ("holiday_hours", holiday_hours)):  # fmt: skip
             if not _number(v) or v < 0 or v > 1e7:
@@ -263,7 +302,10 @@ class PayrollEnv(TaskEnv):
             f"+ {HOLIDAY_MULT:g} x {holiday_hours:g} holiday hours)"
         )
 
-    def tool_net_pay(self, employee_id: str, gross: float) -> str:
+    def tool_net_pay(self, employee_id: EmployeeId, gross: NonNegative) -> str:
+        """Deductions and net pay of one employee for a given gross under the pay policy: the health premium
+        of the employee's plan, 401(k) at the employee's elected percentage of that gross (to the cent), and
+        net = gross - health - 401(k)."""
         e = self._employee(employee_id)
         if not _number(gross) or gross < 0 or gross > 1e9:
             raise ToolArgError("gross must be a non-negative amount")
@@ -275,7 +317,11 @@ class PayrollEnv(TaskEnv):
             f"({e.k401_pct:g}% of gross) = net {net:.2f}"
         )
 
-    def tool_rate_on(self, employee_id: str, date: str) -> str:
+    def tool_rate_on(
+        self, employee_id: EmployeeId, date: Annotated[str, Param(description="e.g. 2026-03-02")]
+    ) -> str:
+        """The employee's pay rate in effect on a date: the pay_rates row with the latest effective_from on
+        or before that date, beside the current rate in the employees table."""
         e = self._employee(employee_id)
         try:
             day = dt.date.fromisoformat(date).isoformat() if isinstance(date, str) else None
@@ -309,110 +355,12 @@ def week_hours(w: PayrollWorld, eid: str, period: str, daily_limit: float | None
             "overtime": ot, "regular": total - ot}  # fmt: skip
 
 
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "sql_query",
-        "Run read-only SQL (sqlite) on the payroll database; several statements separated by ';' return one "
-        "result block each. Tables: " + "; ".join(f"{t}({SCHEMA[t]})" for t in TABLES) + ".",
-        {
-            "type": "object",
-            "properties": {"query": {"type": "string", "minLength": 1}},
-            "required": ["query"],
-            "additionalProperties": False,
-        },
-        "sql_query",
-    ),
-    ToolSpec(
-        "read_policy",
-        "Read the company's pay-policy document (pay rules, holidays, deductions, contacts).",
-        {"type": "object", "properties": {}, "additionalProperties": False},
-        "read_policy",
-    ),
-    ToolSpec(
-        "write_audit_report",
-        "Save the audit report (replaces any earlier version): a JSON list of findings.",
-        {
-            "type": "object",
-            "properties": {"content": {"type": "string", "minLength": 1, "description": "the report as JSON"}},
-            "required": ["content"],
-            "additionalProperties": False,
-        },
-        "write_audit_report",
-    ),
-    ToolSpec(
-        "send_email",
-        "Send an email.",
-        {
-            "type": "object",
-            "properties": {
-                "to": {"type": "string", "description": "one recipient address"},
-                "subject": {"type": "string", "minLength": 1},
-                "body": {"type": "string", "minLength": 1},
-                "cc": {"type": "array", "items": {"type": "string"}, "description": "optional copy recipients"},
-            },
-            "required": ["to", "subject", "body"],
-            "additionalProperties": False,
-        },
-        "send_email",
-    ),
+TOOLS = tool_specs(
+    PayrollEnv.tool_sql_query,
+    PayrollEnv.tool_read_policy,
+    PayrollEnv.tool_write_audit_report,
+    PayrollEnv.tool_send_email,
 )
-
-_EMPLOYEE = {"type": "string", "description": "an employee id such as E123"}
-_HOURS = {"type": "number", "minimum": 0}
-HELPER_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "week_hours",
-        "One employee's hours for one weekly period, from the timesheets: hours worked, hours on company "
-        f"holidays, and the overtime of the non-holiday hours: hours over {WEEKLY_OT_HOURS:g} in the week, plus "
-        "hours over daily_limit in a day when daily_limit is given (those do not count again toward the weekly "
-        "limit); the rest are regular hours.",
-        {
-            "type": "object",
-            "properties": {
-                "employee_id": _EMPLOYEE,
-                "period": {"type": "string", "description": "the period's Monday, e.g. 2026-03-02"},
-                "daily_limit": {"type": "number", "exclusiveMinimum": 0, "description": "hours a day before overtime (omit for none)"},
-            },
-            "required": ["employee_id", "period"],
-            "additionalProperties": False,
-        },
-        "week_hours",
-    ),
-    ToolSpec(
-        "gross_pay",
-        f"Gross pay for hours at an hourly rate under the pay policy: rate x (regular + {OT_MULT:g} x overtime + "
-        f"{HOLIDAY_MULT:g} x holiday hours), rounded to the cent.",
-        {
-            "type": "object",
-            "properties": {"rate": _HOURS, "regular_hours": _HOURS, "overtime_hours": _HOURS, "holiday_hours": _HOURS},
-            "required": ["rate", "regular_hours", "overtime_hours"],
-            "additionalProperties": False,
-        },
-        "gross_pay",
-    ),
-    ToolSpec(
-        "net_pay",
-        "Deductions and net pay of one employee for a given gross under the pay policy: the health premium of "
-        "the employee's plan, 401(k) at the employee's elected percentage of that gross (to the cent), and "
-        "net = gross - health - 401(k).",
-        {
-            "type": "object",
-            "properties": {"employee_id": _EMPLOYEE, "gross": {"type": "number", "minimum": 0}},
-            "required": ["employee_id", "gross"],
-            "additionalProperties": False,
-        },
-        "net_pay",
-    ),
-    ToolSpec(
-        "rate_on",
-        "The employee's pay rate in effect on a date: the pay_rates row with the latest effective_from on or "
-        "before that date, beside the current rate in the employees table.",
-        {
-            "type": "object",
-            "properties": {"employee_id": _EMPLOYEE, "date": {"type": "string", "description": "e.g. 2026-03-02"}},
-            "required": ["employee_id", "date"],
-            "additionalProperties": False,
-        },
-        "rate_on",
-    ),
+HELPER_TOOLS = tool_specs(
+    PayrollEnv.tool_week_hours, PayrollEnv.tool_gross_pay, PayrollEnv.tool_net_pay, PayrollEnv.tool_rate_on
 )
