@@ -4,11 +4,26 @@ and the decision register."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
 from coevolve.tasks.budget.world import DECISIONS, REASONS, BudgetWorld, Request, _money, usd
+from coevolve.tasks.tools import Param, json_schema, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
+
+RequestId = Annotated[str, Param(pattern="^PR-[0-9]+$")]
+ReasonCode = Annotated[str, Param(enum=list(REASONS))]
+_DECISION = {
+    "type": "object",
+    "properties": {
+        "request_id": json_schema(RequestId),
+        "decision": {"type": "string", "enum": list(DECISIONS)},
+        "reason_code": json_schema(ReasonCode),
+        "comment": {"type": "string"},
+    },
+    "required": ["request_id", "decision", "reason_code"],
+    "additionalProperties": False,
+}
 
 
 def policy_text(w: BudgetWorld) -> str:
@@ -54,9 +69,12 @@ class BudgetEnv(TaskEnv):
         return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)
 
     def tool_read_policy(self) -> str:
+        """Read the purchasing policy (rule order, category caps, approval limits, blocked vendors, exchange
+        rates)."""
         return policy_text(self.world)
 
     def tool_list_requests(self) -> str:
+        """List the pending purchase requests with all their fields, in submission order."""
         w = self.world
         cols = ("id", "submitted_at", "department", "requester", "level", "category", "vendor", "vendor_tax_id",
                 "amount", "currency", "quotes_attached", "description")  # fmt: skip
@@ -67,12 +85,14 @@ class BudgetEnv(TaskEnv):
             lines.append(" | ".join(str(row[c]) for c in cols))
         return "\n".join(lines) + f"\n({len(w.requests)} pending requests, in submission order)"
 
-    def tool_read_request(self, request_id: str) -> str:
+    def tool_read_request(self, request_id: RequestId) -> str:
+        """Read one request and its current status."""
         r = self._request(request_id)
         status = self.register.get(r.id)
         return json.dumps({**r.row(), "status": status["decision"] if status else "pending"}, sort_keys=True)
 
     def tool_get_department_budget(self, department: str | None = None) -> str:
+        """Department budgets from the budget service; omit department for all of them."""
         w = self.world
         if department is not None and (not isinstance(department, str) or department not in w.balances):
             raise ToolArgError(f"unknown department {department!r}; departments: {', '.join(w.balances)}")
@@ -81,7 +101,10 @@ class BudgetEnv(TaskEnv):
         lines += [f"{d} | {w.balances[d]:.2f} | {w.day}T00:00 (nightly posting)" for d in depts]
         return "\n".join(lines)
 
-    def tool_decide_requests(self, decisions: list[dict[str, Any]]) -> str:
+    def tool_decide_requests(
+        self, decisions: Annotated[list[dict[str, Any]], Param(minItems=1, items=_DECISION)]
+    ) -> str:
+        """Record decisions for one or more requests (a later decision on the same request replaces it)."""
         if not isinstance(decisions, list) or not decisions:
             raise ToolArgError("decisions must be a non-empty list of {request_id, decision, reason_code}")
         clean = [self._validate(d) for d in decisions]
@@ -92,24 +115,36 @@ class BudgetEnv(TaskEnv):
             self.register[d["request_id"]] = d
         return f"recorded {len(clean)} decisions; {len(self.world.requests) - len(self.register)} requests still pending"
 
-    def tool_approve_request(self, request_id: str, reason_code: str = "within_policy") -> str:
+    def tool_approve_request(
+        self, request_id: RequestId, reason_code: Literal["within_policy"] = "within_policy"
+    ) -> str:
+        """Approve one request."""
         return self._single(request_id, "approve", reason_code, None)
 
-    def tool_reject_request(self, request_id: str, reason_code: str, comment: str | None = None) -> str:
+    def tool_reject_request(
+        self, request_id: RequestId, reason_code: ReasonCode, comment: str | None = None
+    ) -> str:
+        """Reject one request with a reason code and an optional comment for the requester."""
         return self._single(request_id, "reject", reason_code, comment)
 
-    def tool_escalate_request(self, request_id: str, reason_code: str = "above_approval_limit") -> str:
+    def tool_escalate_request(
+        self, request_id: RequestId, reason_code: Literal["above_approval_limit"] = "above_approval_limit"
+    ) -> str:
+        """Escalate one request to the next approval level."""
         return self._single(request_id, "escalate", reason_code, None)
 
     # ------------------------------------------------------------------ helper tools (not in the baseline)
-    def tool_usd_amount(self, request_id: str) -> str:
+    def tool_usd_amount(self, request_id: RequestId) -> str:
+        """A request's amount converted to USD at the purchasing policy's exchange rate."""
         r = self._request(request_id)
         amount = usd(self.world, r)
         if r.currency == "USD":
             return f"{r.id}: {r.amount:,.2f} USD"
         return f"{r.id}: {r.amount:,.2f} {r.currency} = {amount:,.2f} USD (1 {r.currency} = {self.world.fx[r.currency]} USD)"
 
-    def tool_remaining_budget(self, department: str, request_ids: list[str]) -> str:
+    def tool_remaining_budget(self, department: str, request_ids: list[RequestId]) -> str:
+        """A department's posted balance minus the USD total of the given requests of that department (for
+        example the ones approved so far)."""
         w = self.world
         if not isinstance(department, str) or department not in w.balances:
             raise ToolArgError(f"unknown department {str(department)[:40]!r}; departments: {', '.join(w.balances)}")
@@ -129,6 +164,8 @@ class BudgetEnv(TaskEnv):
         )
 
     def tool_vendor_requests(self, department: str, vendor_tax_id: str) -> str:
+        """A department's requests from vendors with one tax ID: each one's USD amount and quotes attached,
+        and their USD total."""
         w = self.world
         if not isinstance(department, str) or department not in w.balances:
             raise ToolArgError(f"unknown department {str(department)[:40]!r}; departments: {', '.join(w.balances)}")
@@ -183,137 +220,16 @@ class BudgetEnv(TaskEnv):
         return out
 
 
-_REASON_SCHEMA = {"type": "string", "enum": list(REASONS)}
-_REQUEST_ID = {"type": "string", "pattern": "^PR-[0-9]+$"}
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "read_policy",
-        "Read the purchasing policy (rule order, category caps, approval limits, blocked vendors, exchange rates).",
-        {"type": "object", "properties": {}, "additionalProperties": False},
-        "read_policy",
-    ),
-    ToolSpec(
-        "list_requests",
-        "List the pending purchase requests with all their fields, in submission order.",
-        {"type": "object", "properties": {}, "additionalProperties": False},
-        "list_requests",
-    ),
-    ToolSpec(
-        "read_request",
-        "Read one request and its current status.",
-        {
-            "type": "object",
-            "properties": {"request_id": _REQUEST_ID},
-            "required": ["request_id"],
-            "additionalProperties": False,
-        },
-        "read_request",
-    ),
-    ToolSpec(
-        "get_department_budget",
-        "Department budgets from the budget service; omit department for all of them.",
-        {
-            "type": "object",
-            "properties": {"department": {"type": "string"}},
-            "additionalProperties": False,
-        },
-        "get_department_budget",
-    ),
-    ToolSpec(
-        "decide_requests",
-        "Record decisions for one or more requests (a later decision on the same request replaces it).",
-        {
-            "type": "object",
-            "properties": {
-                "decisions": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "request_id": _REQUEST_ID,
-                            "decision": {"type": "string", "enum": list(DECISIONS)},
-                            "reason_code": _REASON_SCHEMA,
-                            "comment": {"type": "string"},
-                        },
-                        "required": ["request_id", "decision", "reason_code"],
-                        "additionalProperties": False,
-                    },
-                }
-            },
-            "required": ["decisions"],
-            "additionalProperties": False,
-        },
-        "decide_requests",
-    ),
-    ToolSpec(
-        "approve_request",
-        "Approve one request.",
-        {
-            "type": "object",
-            "properties": {"request_id": _REQUEST_ID, "reason_code": {"type": "string", "enum": ["within_policy"]}},
-            "required": ["request_id"],
-            "additionalProperties": False,
-        },
-        "approve_request",
-    ),
-    ToolSpec(
-        "reject_request",
-        "Reject one request with a reason code and an optional comment for the requester.",
-        {
-            "type": "object",
-            "properties": {"request_id": _REQUEST_ID, "reason_code": _REASON_SCHEMA, "comment": {"type": "string"}},
-            "required": ["request_id", "reason_code"],
-            "additionalProperties": False,
-        },
-        "reject_request",
-    ),
-    ToolSpec(
-        "escalate_request",
-        "Escalate one request to the next approval level.",
-        {
-            "type": "object",
-            "properties": {
-                "request_id": _REQUEST_ID,
-                "reason_code": {"type": "string", "enum": ["above_approval_limit"]},
-            },
-            "required": ["request_id"],
-            "additionalProperties": False,
-        },
-        "escalate_request",
-    ),
+TOOLS = tool_specs(
+    BudgetEnv.tool_read_policy,
+    BudgetEnv.tool_list_requests,
+    BudgetEnv.tool_read_request,
+    BudgetEnv.tool_get_department_budget,
+    BudgetEnv.tool_decide_requests,
+    BudgetEnv.tool_approve_request,
+    BudgetEnv.tool_reject_request,
+    BudgetEnv.tool_escalate_request,
 )
-
-HELPER_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "usd_amount",
-        "A request's amount converted to USD at the purchasing policy's exchange rate.",
-        {"type": "object", "properties": {"request_id": _REQUEST_ID}, "required": ["request_id"],
-         "additionalProperties": False},
-        "usd_amount",
-    ),
-    ToolSpec(
-        "remaining_budget",
-        "A department's posted balance minus the USD total of the given requests of that department (for "
-        "example the ones approved so far).",
-        {
-            "type": "object",
-            "properties": {"department": {"type": "string"}, "request_ids": {"type": "array", "items": _REQUEST_ID}},
-            "required": ["department", "request_ids"],
-            "additionalProperties": False,
-        },
-        "remaining_budget",
-    ),
-    ToolSpec(
-        "vendor_requests",
-        "A department's requests from vendors with one tax ID: each one's USD amount and quotes attached, and "
-        "their USD total.",
-        {
-            "type": "object",
-            "properties": {"department": {"type": "string"}, "vendor_tax_id": {"type": "string"}},
-            "required": ["department", "vendor_tax_id"],
-            "additionalProperties": False,
-        },
-        "vendor_requests",
-    ),
+HELPER_TOOLS = tool_specs(
+    BudgetEnv.tool_usd_amount, BudgetEnv.tool_remaining_budget, BudgetEnv.tool_vendor_requests
 )
