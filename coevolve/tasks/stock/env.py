@@ -6,17 +6,30 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
 from coevolve.tasks.stock.plan import render_template
 from coevolve.tasks.stock.world import SHEET, SUPPLIER_SHEET, StockWorld, supplier_sheet
+from coevolve.tasks.tools import Param, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
 
 MAX_CELL = 500
 MAX_BODY = 5000
 MAX_BATCH = 500
 EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[A-Za-z]{2,}$")
+Cell = str | float  # a sheet cell or a template value, as the tools take it
+_EMAIL_ITEM = {
+    "type": "object",
+    "properties": {
+        "to": {"type": "string"},
+        "subject": {"type": "string", "minLength": 1},
+        "body": {"type": "string", "minLength": 1},
+        "priority": {"type": "string", "enum": ["normal", "high"]},
+    },
+    "required": ["to", "subject", "body"],
+    "additionalProperties": False,
+}
 
 
 def norm_cell(v: Any) -> str:
@@ -54,9 +67,11 @@ class StockEnv(TaskEnv):
 
     # files
     def tool_list_files(self) -> str:
+        """List the files on the shop's shared drive."""
         return "\n".join(sorted(self.files))
 
-    def tool_read_files(self, paths: list[str]) -> str:
+    def tool_read_files(self, paths: Annotated[list[str], Param(minItems=1, maxItems=20)]) -> str:
+        """Read one or more text files from the shared drive."""
         if not isinstance(paths, list) or not paths or len(paths) > 20:
             raise ToolArgError("paths must be a list of 1 to 20 file paths")
         out = []
@@ -73,15 +88,20 @@ class StockEnv(TaskEnv):
         return self.sheets[sheet]
 
     def tool_list_sheets(self) -> str:
+        """List the sheets of the operations spreadsheet."""
         return "\n".join(f"{name} ({len(rows) - 1} rows)" for name, rows in self.sheets.items())
 
     def tool_read_sheet(self, sheet: str) -> str:
+        """Read a sheet: the header row and every data row with its row number."""
         rows = self._sheet(sheet)
         lines = [f"row | {' | '.join(rows[0])}"]
         lines += [f"{i} | {' | '.join(r)}" for i, r in enumerate(rows[1:], start=2)]
         return "\n".join(lines) + f"\n({len(rows) - 1} data rows; row 1 is the header)"
 
-    def tool_append_rows(self, sheet: str, rows: list[list[Any]]) -> str:
+    def tool_append_rows(
+        self, sheet: str, rows: Annotated[list[list[Cell]], Param(maxItems=MAX_BATCH)]
+    ) -> str:
+        """Append rows at the end of a sheet. Each row is a list of cells in the sheet's column order."""
         target = self._sheet(sheet)
         width = len(target[0])
         if not isinstance(rows, list) or len(rows) > MAX_BATCH:
@@ -98,7 +118,10 @@ class StockEnv(TaskEnv):
         target.extend(clean)
         return f"appended {len(clean)} rows to {sheet} (now {len(target) - 1} data rows)"
 
-    def tool_update_cell(self, sheet: str, row: int, column: str, value: Any) -> str:
+    def tool_update_cell(
+        self, sheet: str, row: Annotated[int, Param(minimum=2)], column: str, value: Cell
+    ) -> str:
+        """Overwrite one cell of a sheet (row number as shown by read_sheet, column by header name)."""
         target = self._sheet(sheet)
         if not isinstance(row, int) or isinstance(row, bool) or not 2 <= row <= len(target):
             raise ToolArgError(f"row must be a data row number 2..{len(target)}")
@@ -111,6 +134,7 @@ class StockEnv(TaskEnv):
 
     # web shop
     def tool_list_products(self) -> str:
+        """List every product of the web shop with its stock fields."""
         cols = (
             "sku",
             "name",
@@ -145,7 +169,11 @@ class StockEnv(TaskEnv):
         return "\n".join(lines) + f"\n({len(self.world.products)} products)"
 
     # mailbox
-    def tool_send_emails(self, emails: list[dict[str, Any]]) -> str:
+    def tool_send_emails(
+        self, emails: Annotated[list[dict[str, Any]], Param(items=_EMAIL_ITEM, maxItems=MAX_BATCH)]
+    ) -> str:
+        """Send one or more emails from the shop mailbox. Each email has to, subject, body and an optional
+        priority ('normal' by default, or 'high')."""
         if not isinstance(emails, list) or len(emails) > MAX_BATCH:
             raise ToolArgError(f"emails must be a list of at most {MAX_BATCH} messages")
         clean = []
@@ -172,6 +200,7 @@ class StockEnv(TaskEnv):
         return f"sent {len(clean)} emails"
 
     def tool_list_sent(self) -> str:
+        """List the emails sent from the shop mailbox so far."""
         if not self.sent:
             return "(no sent emails)"
         return "\n".join(
@@ -180,6 +209,9 @@ class StockEnv(TaskEnv):
 
     # helper tools (not in the baseline)
     def tool_stock_position(self, sku: str) -> str:
+        """One product's stock arithmetic from the product list: available = on hand - reserved, how it
+        compares with the threshold, the units that bring it back to its par level, and that quantity
+        rounded up to whole case packs."""
         p = next((x for x in self.world.products if x.sku == sku), None) if isinstance(sku, str) else None
         if p is None:
             raise ToolArgError(f"unknown SKU {str(sku)[:40]!r}")
@@ -194,13 +226,16 @@ class StockEnv(TaskEnv):
         )
 
     def tool_open_alerts(self) -> str:
+        """The SKUs that have a row with Status open on the Stock Alert sheet, with their row numbers."""
         rows = self.sheets[SHEET]
         header = rows[0]
         sku, status = header.index("SKU"), header.index("Status")
         hits = [f"{r[sku]} (row {i})" for i, r in enumerate(rows[1:], start=2) if r[status].strip().lower() == "open"]
         return f"{SHEET} rows with Status open: " + (", ".join(hits) if hits else "none")
 
-    def tool_sheet_row(self, sheet: str, values: dict[str, Any]) -> str:
+    def tool_sheet_row(self, sheet: str, values: dict[str, Cell]) -> str:
+        """Arrange one row's values, given by column name, in the sheet's column order (a list to pass to
+        append_rows). Every column of the sheet must be given."""
         header = self._sheet(sheet)[0]
         if not isinstance(values, dict):
             raise ToolArgError("values must be an object {column: value}")
@@ -214,7 +249,9 @@ class StockEnv(TaskEnv):
             raise ToolArgError("every value must be a string or a number")
         return json.dumps([values[c] for c in header]) + f"  (the columns of {sheet}: {', '.join(header)})"
 
-    def tool_fill_template(self, path: str, values: dict[str, Any]) -> str:
+    def tool_fill_template(self, path: str, values: dict[str, Cell]) -> str:
+        """Fill a {{placeholder}} template file from the shared drive with the given values: the subject (its
+        first line, without 'Subject:') and the body, and any placeholder left unfilled."""
         if not isinstance(path, str) or path not in self.files:
             raise ToolArgError(f"no such file: {str(path)[:200]!r} (files: {', '.join(sorted(self.files))})")
         if not isinstance(values, dict) or not all(
@@ -229,139 +266,20 @@ class StockEnv(TaskEnv):
         return out + (f"\n(unfilled placeholders: {', '.join(left)})" if left else "")
 
 
-_EMAIL_ITEM = {
-    "type": "object",
-    "properties": {
-        "to": {"type": "string"},
-        "subject": {"type": "string", "minLength": 1},
-        "body": {"type": "string", "minLength": 1},
-        "priority": {"type": "string", "enum": ["normal", "high"]},
-    },
-    "required": ["to", "subject", "body"],
-    "additionalProperties": False,
-}
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("list_files", "List the files on the shop's shared drive.", _NO_ARGS, "list_files"),
-    ToolSpec(
-        "read_files",
-        "Read one or more text files from the shared drive.",
-        {
-            "type": "object",
-            "properties": {
-                "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 20}
-            },
-            "required": ["paths"],
-            "additionalProperties": False,
-        },
-        "read_files",
-    ),
-    ToolSpec("list_sheets", "List the sheets of the operations spreadsheet.", _NO_ARGS, "list_sheets"),
-    ToolSpec(
-        "read_sheet",
-        "Read a sheet: the header row and every data row with its row number.",
-        {
-            "type": "object",
-            "properties": {"sheet": {"type": "string"}},
-            "required": ["sheet"],
-            "additionalProperties": False,
-        },
-        "read_sheet",
-    ),
-    ToolSpec(
-        "append_rows",
-        "Append rows at the end of a sheet. Each row is a list of cells in the sheet's column order.",
-        {
-            "type": "object",
-            "properties": {
-                "sheet": {"type": "string"},
-                "rows": {
-                    "type": "array",
-                    "items": {"type": "array", "items": {"type": ["string", "number"]}},
-                    "maxItems": MAX_BATCH,
-                },
-            },
-            "required": ["sheet", "rows"],
-            "additionalProperties": False,
-        },
-        "append_rows",
-    ),
-    ToolSpec(
-        "update_cell",
-        "Overwrite one cell of a sheet (row number as shown by read_sheet, column by header name).",
-        {
-            "type": "object",
-            "properties": {
-                "sheet": {"type": "string"},
-                "row": {"type": "integer", "minimum": 2},
-                "column": {"type": "string"},
-                "value": {"type": ["string", "number"]},
-            },
-            "required": ["sheet", "row", "column", "value"],
-            "additionalProperties": False,
-        },
-        "update_cell",
-    ),
-    ToolSpec(
-        "list_products",
-        "List every product of the web shop with its stock fields.",
-        _NO_ARGS,
-        "list_products",
-    ),
-    ToolSpec(
-        "send_emails",
-        "Send one or more emails from the shop mailbox. Each email has to, subject, body and an optional "
-        "priority ('normal' by default, or 'high').",
-        {
-            "type": "object",
-            "properties": {"emails": {"type": "array", "items": _EMAIL_ITEM, "maxItems": MAX_BATCH}},
-            "required": ["emails"],
-            "additionalProperties": False,
-        },
-        "send_emails",
-    ),
-    ToolSpec("list_sent", "List the emails sent from the shop mailbox so far.", _NO_ARGS, "list_sent"),
+TOOLS = tool_specs(
+    StockEnv.tool_list_files,
+    StockEnv.tool_read_files,
+    StockEnv.tool_list_sheets,
+    StockEnv.tool_read_sheet,
+    StockEnv.tool_append_rows,
+    StockEnv.tool_update_cell,
+    StockEnv.tool_list_products,
+    StockEnv.tool_send_emails,
+    StockEnv.tool_list_sent,
 )
-
-_VALUES = {"type": "object", "additionalProperties": {"type": ["string", "number"]}}
-HELPER_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "stock_position",
-        "One product's stock arithmetic from the product list: available = on hand - reserved, how it compares "
-        "with the threshold, the units that bring it back to its par level, and that quantity rounded up to "
-        "whole case packs.",
-        {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"], "additionalProperties": False},
-        "stock_position",
-    ),
-    ToolSpec(
-        "open_alerts",
-        "The SKUs that have a row with Status open on the Stock Alert sheet, with their row numbers.",
-        _NO_ARGS,
-        "open_alerts",
-    ),
-    ToolSpec(
-        "sheet_row",
-        "Arrange one row's values, given by column name, in the sheet's column order (a list to pass to "
-        "append_rows). Every column of the sheet must be given.",
-        {
-            "type": "object",
-            "properties": {"sheet": {"type": "string"}, "values": _VALUES},
-            "required": ["sheet", "values"],
-            "additionalProperties": False,
-        },
-        "sheet_row",
-    ),
-    ToolSpec(
-        "fill_template",
-        "Fill a {{placeholder}} template file from the shared drive with the given values: the subject (its "
-        "first line, without 'Subject:') and the body, and any placeholder left unfilled.",
-        {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "values": _VALUES},
-            "required": ["path", "values"],
-            "additionalProperties": False,
-        },
-        "fill_template",
-    ),
+HELPER_TOOLS = tool_specs(
+    StockEnv.tool_stock_position,
+    StockEnv.tool_open_alerts,
+    StockEnv.tool_sheet_row,
+    StockEnv.tool_fill_template,
 )
