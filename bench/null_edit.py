@@ -110,6 +110,7 @@ def main() -> None:
     from coevolve.agents.local import LocalEvaluator
     from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
     from coevolve.analysis.summary import TESTBED_NOTICE
+    from coevolve.services.gateway import Gateway
     from coevolve.services.logs import configure_logging
     from coevolve.store.store import HarnessStore
     from coevolve.tasks import family_names
@@ -120,7 +121,7 @@ def main() -> None:
     def null_proposer(model, messages, tools, seed):
         return Completion({"role": "assistant", "content": answer}, 0, 0, 0.0)
 
-    evaluator = LocalEvaluator()
+    evaluator = LocalEvaluator(Gateway())
     families = family_names()
     tallies = {
         rule: {

@@ -45,6 +45,17 @@ def regular_file(path: str | Path, what: str, most: int | None = None) -> int:
     return info.st_size
 
 
+SEED_MIN = -(2**63)
+SEED_MAX = 2**63 - 1 - 2**20  # room for derived seeds (seed + repeat, seed + iteration) in 64 bits
+
+
+def check_seed(seed: Any) -> int:
+    """Seeds travel as 64-bit integers (msgpack, the store): refuse one that does not fit, before anything runs."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX:
+        raise ValueError(f"--seed must be an integer in {SEED_MIN}..{SEED_MAX} (64 bits), got {seed!r}")
+    return seed
+
+
 # TrainConfig's fields that a typo turns into a training that never ends (coevolve.services.training bounds
 # them from below only)
 TRAIN_BOUNDS = {"epochs": MAX_CYCLES, "repeat": MAX_SIZE, "batch_size": MAX_SIZE, "num_workers": MAX_SIZE,
@@ -53,8 +64,6 @@ TRAIN_BOUNDS = {"epochs": MAX_CYCLES, "repeat": MAX_SIZE, "batch_size": MAX_SIZE
 
 def check_train_bounds(cfg: Any) -> None:
     """A TrainConfig's counts within `TRAIN_BOUNDS` and its seed in 64 bits; ValueError (one line)."""
-    from coevolve.jobs import check_seed
-
     for name, most in TRAIN_BOUNDS.items():
         value = getattr(cfg, name)
         if value > most:

@@ -40,7 +40,7 @@ class Recorded:
 @pytest.fixture(scope="module")
 def weak_failures():
     trajs = rollout_all(FAM.generate("train", 40), H, "synthetic/weak")
-    return with_counterfactuals([t for t in trajs if not t.passed], H)  # with the whole answer key, to leak
+    return with_counterfactuals([t for t in trajs if not t.passed], H, client=Gateway())  # with the whole answer key, to leak
 
 
 # ------------------------------------------------------------------ recorded answers

@@ -51,7 +51,7 @@ class Recording:
 @pytest.fixture(scope="module")
 def weak_failures():
     trajs = rollout_all(FAM.generate("train", 30), FAM.baseline_harness(), "synthetic/weak")
-    failed = with_counterfactuals([t for t in trajs if not t.passed], FAM.baseline_harness())  # the whole key
+    failed = with_counterfactuals([t for t in trajs if not t.passed], FAM.baseline_harness(), client=Gateway())  # the whole key
     assert failed and all(t.ground_truth.get("deviations") for t in failed)  # there is an answer key to leak
     return failed
 

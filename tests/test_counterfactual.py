@@ -89,7 +89,7 @@ def test_the_lazy_counterfactual_equals_the_old_inline_computation(failures):
     gateway = Gateway()
     decisive_found = 0
     for name, (h, failed) in failures.items():
-        lazy = with_counterfactuals(failed, h)
+        lazy = with_counterfactuals(failed, h, client=Gateway())
         for before, after in zip(failed, lazy, strict=True):
             expected = asyncio.run(inline_reference(before, h, gateway))
             got = {k: after.ground_truth[k] for k in ("deviations", "decisive_turn")}
@@ -168,7 +168,7 @@ def test_a_counterfactual_lost_to_a_model_error_is_returned_but_not_cached(failu
     assert "oracle down" in got.ground_truth["counterfactual_error"]
     assert got.ground_truth["decisive_turn"] is None
     assert store.get_counterfactuals([(failed[0].id, h.id)]) == {}  # the next reader tries again
-    [again] = with_counterfactuals(failed[:1], h, store=store)
+    [again] = with_counterfactuals(failed[:1], h, store=store, client=Gateway())
     assert "counterfactual_error" not in again.ground_truth
 
 

@@ -331,9 +331,9 @@ def _captured(monkeypatch, model: str, decoding: DecodingPolicy | None) -> dict:
     """The kwargs the gateway hands litellm for one call."""
     import litellm
 
-    from coevolve.services import gateway as gw
+    from coevolve.services.providers import litellm_lib
 
-    gw._lib()
+    litellm_lib()
     seen: dict = {}
 
     def fake(**kw):

@@ -177,7 +177,7 @@ def weak_val():
 def weak_val_keyed(weak_val):
     from coevolve.testbed.counterfactual import with_counterfactuals
 
-    return with_counterfactuals(weak_val, FAM.baseline_harness())
+    return with_counterfactuals(weak_val, FAM.baseline_harness(), client=Gateway())
 
 
 def test_resume_replays_the_prefix_verbatim_then_forces_one_turn_and_continues(weak_val_keyed):

@@ -16,6 +16,7 @@ from coevolve.agents.executor import NO_TOOL_NUDGE
 from coevolve.analysis.stats import pass_rate as rate_of
 from coevolve.analysis.summary import failure_causes, recorded_causes
 from coevolve.edits import apply_edit
+from coevolve.services.gateway import Gateway
 from coevolve.tasks import family_names, get_family
 from coevolve.testbed.counterfactual import with_counterfactuals
 from coevolve.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
@@ -249,7 +250,7 @@ def test_failed_weak_rollouts_carry_their_answer_key(family, val):
     trajs = rollout_all(val, family.baseline_harness(), "synthetic/weak")
     failed = [t for t in trajs if not t.passed and t.error != "infra"]
     assert failed
-    keyed = with_counterfactuals(failed, family.baseline_harness())  # computed by analysis, not the rollout
+    keyed = with_counterfactuals(failed, family.baseline_harness(), client=Gateway())  # computed by analysis, not the rollout
     assert all("decisive_turn" in t.ground_truth and t.ground_truth["deviations"] for t in keyed)
     assert all(not recorded_causes(t) for t in trajs if t.passed)
 

@@ -76,7 +76,7 @@ def test_the_experiment_command_prints_the_adapter_rules_under_its_table(experim
 def test_report_renders_in_chromium_with_every_plot(experiment):
     from playwright.sync_api import sync_playwright
 
-    from coevolve.analysis.report import write_report
+    from coevolve.jobs.report import write_report
     from coevolve.tasks.browser.backends import CHROMIUM_ARGS, chromium_available
 
     if not chromium_available():
@@ -120,7 +120,7 @@ def test_composition_sums_to_all_hard_failures_and_never_counts_infra(experiment
     assert sum(shares.values()) == pytest.approx(1.0) and set(shares) == set(FAILURE_CATEGORIES)
     with pytest.raises(ValueError):
         composition([FailureLabel("infra", "")])  # infra is never a category
-    from coevolve.analysis.report import gather
+    from coevolve.jobs.report import gather
 
     data = gather(store, run_id)
     for key, labels in data["composition"].items():
@@ -154,7 +154,7 @@ def _report_data(weak: str, backend: str) -> dict:
 def test_an_experiment_report_names_the_synthetic_adapter_rules_only_when_they_decide_its_arms(
     tmp_path, weak, backend, named
 ):
-    from coevolve.analysis.report import render
+    from coevolve.jobs.report import render
 
     html_path, md_path = render(_report_data(weak, backend), tmp_path / "r")
     for text in (html_path.read_text(), md_path.read_text()):
@@ -168,7 +168,7 @@ def test_an_experiment_report_names_the_synthetic_adapter_rules_only_when_they_d
 
 @pytest.mark.parametrize(("backend", "named"), [("synthetic", True), ("peft", False)])
 def test_a_run_report_names_the_synthetic_adapter_rules_beside_its_adapter_column(tmp_path, backend, named):
-    from coevolve.analysis.report import write_run_report
+    from coevolve.jobs.report import write_run_report
     from coevolve.store.store import HarnessStore
 
     store = HarnessStore(tmp_path / "s")

@@ -321,10 +321,10 @@ def windowed(tiny_model):
     from litellm import CustomLLM
     from litellm.utils import custom_llm_setup
 
-    from coevolve.services.gateway import _lib
+    from coevolve.services.providers import litellm_lib
     from coevolve.testbed.provider import SyntheticLLM
 
-    _lib()
+    litellm_lib()
     count = _tiny_count(tiny_model)
     synthetic = SyntheticLLM()
 

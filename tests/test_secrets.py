@@ -43,8 +43,8 @@ def secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", ENV_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "")  # recorded, so that what load_secrets sets is undone
     monkeypatch.delenv("ANTHROPIC_API_KEY")
-    import coevolve.services.gateway as gw
-    monkeypatch.setattr(gw, "_loaded_secrets", set())
+    import coevolve.services.secrets as secrets_mod
+    monkeypatch.setattr(secrets_mod, "_loaded_secrets", set())
     return f
 
 
@@ -54,7 +54,7 @@ def _hits(data: bytes | str) -> list[str]:
 
 
 def test_secrets_file_loads_without_overriding_the_environment(secrets, monkeypatch, tmp_path):
-    from coevolve.services.gateway import load_secrets, redact
+    from coevolve.services.secrets import load_secrets, redact
 
     monkeypatch.setenv("OPENAI_API_KEY", "from-the-environment")
     secrets.write_text(secrets.read_text() + "OPENAI_API_KEY=from-the-file\nnot a line\n=x\n")
@@ -86,9 +86,9 @@ def test_worker_env_carries_no_key_and_actors_get_keys_from_the_secrets_file(sec
     assert env["COEVOLVE_SECRETS_FILE"] == str(secrets) and not _hits(json.dumps(env))
 
     def probe() -> dict[str, bool]:  # what the gateway of a pool actor sees (booleans, never values)
-        from coevolve.services.gateway import _lib
+        from coevolve.services.providers import litellm_lib
 
-        _lib()
+        litellm_lib()
         return {"file_key": os.environ.get("ANTHROPIC_API_KEY", "").startswith("sk-fake-coevolve-file-")}
 
     got = ray.get(ray.remote(probe).options(num_cpus=0, runtime_env={"env_vars": env}).remote())
@@ -130,7 +130,7 @@ class _Hostile:
 
 def test_hostile_agent_on_the_refactor_family_gets_no_secret_back(secrets):
     from coevolve.cluster.runtime import token_path
-    from coevolve.services.gateway import load_secrets
+    from coevolve.services.secrets import load_secrets
 
     load_secrets()
     assert os.environ["ANTHROPIC_API_KEY"] == FILE_KEY and os.environ["GEMINI_API_KEY"] == ENV_KEY

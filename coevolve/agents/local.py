@@ -44,11 +44,7 @@ def _loop() -> _LoopThread:
 class LocalEvaluator:
     """Implements `coevolve.agents.meta.loop.Evaluator`; counts what it ran."""
 
-    def __init__(self, client: ModelClient | None = None, concurrency: int = 32):
-        if client is None:
-            from coevolve.services.gateway import Gateway  # lazy: litellm's import takes seconds
-
-            client = Gateway()
+    def __init__(self, client: ModelClient, concurrency: int = 32):
         self.client = client
         self.concurrency = concurrency
         self.calls = 0

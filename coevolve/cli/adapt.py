@@ -8,14 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
-from coevolve.cli.app import (
+from coevolve.cli.options import (
     DEFAULT_STORE,
     JsonOpt,
     SeedOpt,
     StoreOpt,
     UsageError,
-    _echo_json,
     cli_errors,
+    echo_json,
     open_store,
 )
 
@@ -118,7 +118,7 @@ def data_build(
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     validate_build(req, store)
     out = build_dataset(req, store, resume=resume, progress=_Stage(not as_json))
-    _echo_json(out) if as_json else _print_manifest(out)
+    echo_json(out) if as_json else _print_manifest(out)
 
 
 @data_app.command("show")
@@ -129,7 +129,7 @@ def data_show(dataset: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = 
 
     rec = read_manifest(store, dataset)
     out = {**rec.manifest, "path": str(rec.path)}
-    _echo_json(out) if as_json else _print_manifest(out)
+    echo_json(out) if as_json else _print_manifest(out)
 
 
 @data_app.command("list")
@@ -142,7 +142,7 @@ def data_list(store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None
     recs = [{"id": r.id, "arm": r.manifest.get("arm"), "rows": r.manifest.get("rows"),
              "family": (r.manifest.get("config") or {}).get("family")} for r in list_datasets(store)]
     if as_json:
-        _echo_json(recs)
+        echo_json(recs)
         return
     for r in recs:
         typer.echo(f"{r['id']}  {r['arm']:10s} {r['family'] or '-':10s} {r['rows']} rows")
@@ -251,7 +251,7 @@ def adapt_cmd(
     if rules:
         out["adapter_rules"] = SYNTHETIC_ADAPTER_RULES
     if as_json:
-        _echo_json(out)
+        echo_json(out)
         return
     from coevolve.cli.display import console
 
@@ -293,8 +293,8 @@ def judge_accuracy_cmd(
 
     if not model.startswith("synthetic/"):
         raise UsageError("the answer key exists for synthetic models only: --model must be synthetic/...")
-    from coevolve.config import MAX_SIZE
-    from coevolve.jobs import check_seed, check_workers
+    from coevolve.config import MAX_SIZE, check_seed
+    from coevolve.jobs import check_workers
 
     if not 1 <= repeats <= MAX_SIZE:
         raise UsageError(f"--repeats must be in 1..{MAX_SIZE:,}, got {repeats}")
@@ -309,7 +309,7 @@ def judge_accuracy_cmd(
     out = judge_accuracy(store, families, judge, model=model, split=split, n=n, repeats=repeats, seed=seed,
                          workers=workers, address=address, progress=_Stage(not as_json))
     if as_json:
-        _echo_json(out)
+        echo_json(out)
         return
     print_judge_accuracy(out)
 
@@ -403,7 +403,7 @@ def experiment_paper(
     out = run_experiment(cfg, store, resume=resume, address=address,
                          progress=lambda p: stage({"stage": f"cell {p['cell']} ({p['done']} done)"}))
     if as_json:
-        _echo_json(out)
+        echo_json(out)
         return
     print_experiment(out)
 
@@ -425,14 +425,14 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """A self-contained HTML page (and a Markdown twin) with the experiment's tables and plots."""
-    from coevolve.analysis.report import write_report
     from coevolve.jobs import use_store
+    from coevolve.jobs.report import write_report
     from coevolve.store.store import HarnessStore
 
     use_store(store)
     html_path, md_path = write_report(HarnessStore(store, create=False), run_id, Path(out) if out else None, judge)
     if as_json:
-        _echo_json({"html": str(html_path), "markdown": str(md_path)})
+        echo_json({"html": str(html_path), "markdown": str(md_path)})
     else:
         typer.echo(f"report: {html_path}\nmarkdown: {md_path}")
 

@@ -8,65 +8,27 @@ nothing: all input is checked before the first write.
 from __future__ import annotations
 
 import json
-import os
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-
-# The click that typer runs on: its own vendored copy in recent typer, the click package before.
-click_exceptions = sys.modules[typer.BadParameter.__module__]
-
-
-class OneLineUsageErrors(TyperGroup):
-    """Click's own usage errors (an unknown option, `--n abc`, a missing argument) as one `error:` line
-    with exit status 2, like every other bad input, instead of a usage box."""
-
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click_exceptions.UsageError as e:
-            if type(e).__name__ == "NoArgsIsHelpError":  # `coevolve` alone: the help, as before
-                from typer import rich_utils
-
-                rich_utils.rich_format_error(e)
-            else:
-                typer.echo(usage_error_line(e), err=True)
-            sys.exit(e.exit_code)
-        except click_exceptions.ClickException as e:
-            e.show()
-            sys.exit(e.exit_code)
-        except typer.Abort:
-            typer.echo("Aborted!", err=True)
-            sys.exit(1)
-        sys.exit(code if isinstance(code, int) else 0)
-
-
-def usage_error_line(e: Any) -> str:
-    """`error: <what click says> (<command> --help lists the options)`, on one line."""
-    message = " ".join(e.format_message().split())
-    ctx = e.ctx
-    if ctx is None:
-        return f"error: {message}"
-    hint = f"{ctx.command_path} --help lists the options"
-    if isinstance(e, click_exceptions.NoSuchOption) and ctx.command.name == "run":
-        from coevolve.config import RunProfile
-
-        field = e.option_name.lstrip("-").replace("-", "_")
-        if field in RunProfile.model_fields:
-            hint = f"{field} is a profile field: set it as an override, {field}=VALUE"
-    return f"error: {ctx.command_path}: {message} ({hint})"
-
+from coevolve.cli.options import (
+    DEFAULT_STORE,
+    MAX_CANDIDATES,
+    MAX_SCREEN,
+    JsonOpt,
+    LogJsonOpt,
+    OneLineUsageErrors,
+    SeedOpt,
+    StoreOpt,
+    UsageError,
+    cli_errors,
+    echo_json,
+    open_store,
+    say_error,
+)
 
 app = typer.Typer(
     cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True, help="Co-evolve an agent harness and its weights."
@@ -76,52 +38,12 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect the task families.")
 app.add_typer(harness_app, name="harness")
 app.add_typer(tasks_app, name="tasks")
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="store directory")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="seed for sampling and synthetic models")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
-LogJsonOpt = Annotated[bool, typer.Option(
-    "--log-json", help="stderr as JSON lines only: logs, Ray workers' lines (re-emitted as JSON), errors; no progress bars"
-)]
-DEFAULT_STORE = Path(".coevolve")
-MAX_CANDIDATES = 64  # edits proposed per iteration (each is evaluated against the current harness)
-MAX_SCREEN = 64  # evolve --screen: train failures each candidate runs before val
-
-
 @app.callback()
 def _setup() -> None:
     """Logs go to stderr for every command (commands with --log-json reconfigure)."""
     from coevolve.services.logs import configure_logging
 
     configure_logging()
-
-
-class UsageError(ValueError):
-    """Bad input: reported as one line, exit status 2."""
-
-
-def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from coevolve.edits import EditError
-        from coevolve.store.store import StoreError
-
-        try:
-            return fn(*args, **kwargs)
-        except (UsageError, StoreError, EditError, ValueError) as e:
-            _say_err(f"error: {e}", bool(kwargs.get("log_json")), event="error", level="error", error=str(e))
-            raise typer.Exit(2) from None
-
-    return wrapper
-
-
-def _say_err(line: str, log_json: bool, **fields: Any) -> None:
-    """One line for the user on stderr; with --log-json one JSON object (stderr is JSON lines then)."""
-    if log_json:
-        from coevolve.services.logs import utc_now
-
-        typer.echo(json.dumps({**fields, "message": line, "timestamp": utc_now()}, default=str), err=True)
-    else:
-        typer.echo(line, err=True)
 
 
 def _stopped(
@@ -155,18 +77,8 @@ def _stopped(
         line = f"interrupted ({sig}) before any run started: nothing was recorded"
     if after_live and not sys.stderr.isatty():
         typer.echo("", err=True)  # rich ends a live display's last line only on a terminal
-    _say_err(line, log_json, **fields)
+    say_error(line, log_json, **fields)
     return typer.Exit(code)
-
-
-def open_store(path: Path, *, create: bool):
-    from coevolve.store.store import HarnessStore
-
-    return HarnessStore(path, create=create)
-
-
-def _echo_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, sort_keys=True, default=str))
 
 
 # --------------------------------------------------------------------------------------------- eval
@@ -217,7 +129,7 @@ def eval_cmd(
         raise _stopped(e, store, log_json) from None
     rows = refs + [r.as_json() for r in results]
     if as_json:
-        _echo_json(rows[0] if len(rows) == 1 else rows)
+        echo_json(rows[0] if len(rows) == 1 else rows)
         return
     from coevolve.cli.display import eval_table, suite_table
 
@@ -307,7 +219,8 @@ def evolve_cmd(
 
         if on_plateau not in ON_PLATEAU:
             raise UsageError(f"--on-plateau must be one of {', '.join(ON_PLATEAU)}, got {on_plateau!r}")
-        from coevolve.jobs import check_seed, check_workers
+        from coevolve.config import check_seed
+        from coevolve.jobs import check_workers
 
         check_seed(seed)
         check_workers(workers, address)
@@ -331,7 +244,7 @@ def evolve_cmd(
     except KeyboardInterrupt as e:
         raise _stopped(e, store, log_json, last, after_live=not (as_json or log_json)) from None
     if as_json:
-        _echo_json(out)
+        echo_json(out)
     else:
         from coevolve.cli.display import evolve_summary
 
@@ -368,7 +281,7 @@ def transfer_cmd(
     except KeyboardInterrupt as e:
         raise _stopped(e, store, False) from None
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
     else:
         from coevolve.cli.display import transfer_table
 
@@ -390,7 +303,7 @@ def harness_list(
     for name, hid in s.aliases().items():
         aliases.setdefault(hid, []).append(name)
     if as_json:
-        _echo_json(
+        echo_json(
             [
                 {"id": r.id, "family": r.family, "parent": r.parent, "aliases": aliases.get(r.id, []),
                  "rationale": r.rationale, "val_gain": r.val_gain}
@@ -411,7 +324,7 @@ def harness_show(ref: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = F
 
     h = open_store(store, create=False).get_harness(ref)
     if as_json:
-        _echo_json({"id": h.id, "harness": to_plain(h)})
+        echo_json({"id": h.id, "harness": to_plain(h)})
         return
     from coevolve.cli.display import show_harness
 
@@ -471,7 +384,7 @@ def harness_apply(
         s.set_alias(base, parent.id)
     s.put_harness(new, parent=parent.id, edit=edit, rationale=edit.rationale or "hand-written edit")
     if as_json:
-        _echo_json({"id": new.id, "parent": parent.id})
+        echo_json({"id": new.id, "parent": parent.id})
     else:
         typer.echo(new.id)
 
@@ -484,7 +397,7 @@ def harness_lineage(ref: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt 
     h = s.get_harness(ref)
     chain = s.lineage(h.id)
     if as_json:
-        _echo_json(
+        echo_json(
             [{"id": r.id, "parent": r.parent, "rationale": r.rationale, "val_gain": r.val_gain} for r in chain]
         )
         return
@@ -503,7 +416,7 @@ def tasks_list(as_json: JsonOpt = False) -> None:
     names = family_names() + external_family_names()
     rows = [{"family": n, **get_family(n).split_sizes, "title": get_family(n).title} for n in names]
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     from coevolve.cli.display import tasks_table
 
@@ -529,7 +442,7 @@ def tasks_show(family: str, instance_id: str, as_json: JsonOpt = False) -> None:
         "facts": [f.id for f in fam.facts],
     }
     if as_json:
-        _echo_json(info)
+        echo_json(info)
         return
     for k, v in info.items():
         typer.echo(f"{k}: {v}")
@@ -552,11 +465,7 @@ def main() -> None:  # pragma: no cover
     app(prog_name="coevolve")
 
 
-if __name__ == "__main__":  # pragma: no cover
-    # `python -m coevolve.cli.app`: run the importable module's app. The extension modules import
-    # `coevolve.cli.app` by name; registering them from `__main__` as well would import them half-done.
-    from coevolve.cli.app import main as _main
-
-    sys.exit(_main())
-
 _register_extensions()
+
+if __name__ == "__main__":  # pragma: no cover - `python -m coevolve.cli.app`
+    sys.exit(main())

@@ -260,7 +260,7 @@ def train(
             data[k.strip()] = load_yaml(v)
         except (yaml.YAMLError, RecursionError):
             _fail(f"override {item!r}: the value is not valid YAML")
-    from coevolve.jobs import check_seed
+    from coevolve.config import check_seed
 
     try:
         check_seed(seed)

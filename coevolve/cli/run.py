@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from coevolve.cli.app import DEFAULT_STORE, JsonOpt, StoreOpt, UsageError, _echo_json, cli_errors
+from coevolve.cli.options import DEFAULT_STORE, JsonOpt, StoreOpt, UsageError, cli_errors, echo_json
 
 TERMINAL = ("done", "failed", "refused")
 FINISHED = ("done", "failed")  # stored statuses of a run that has ended (a stop has nothing to stop)
@@ -116,7 +116,7 @@ def run_cmd(
         ray.shutdown()
         stop_head_if_idle(store)  # its other runs, if any, keep it up; their end (or the head's keeper) stops it
     if as_json:
-        _echo_json(final)
+        echo_json(final)
     else:
         _print_final(final)
     if final.get("stage") != "done":  # with --json too: a script sees a failed run by its exit status
@@ -177,7 +177,7 @@ def _print_final(s: dict[str, Any]) -> None:
 
 
 def _say(as_json: bool, obj: dict[str, Any], text: str) -> None:
-    _echo_json(obj) if as_json else typer.echo(text)
+    echo_json(obj) if as_json else typer.echo(text)
 
 
 def status_cmd(
@@ -210,7 +210,7 @@ def status_cmd(
     else:
         status.update({"stage": rec.status, "result": rec.result, "alive": False})
     if as_json:
-        _echo_json(status)
+        echo_json(status)
         return
     if actor is None and status["stage"] in TERMINAL:  # a finished run: its result, not live counters
         _print_final(status)

@@ -12,43 +12,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
-from functools import wraps
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="store directory")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-DEFAULT_STORE = Path(".coevolve")  # as in coevolve/cli/app.py
+from coevolve.cli.options import DEFAULT_STORE, JsonOpt, StoreOpt, cli_errors, echo_json, open_store
 
 store_app = typer.Typer(no_args_is_help=True, help="Check and repair the store.")
 runs_app = typer.Typer(no_args_is_help=True, help="List and inspect runs.")
-
-
-def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """StoreError / ValueError -> one `error:` line on stderr, exit status 2 (like coevolve.cli.app)."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ValueError as e:  # StoreError is a ValueError
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
-
-
-def _open(store: Path) -> Any:
-    from coevolve.store.store import HarnessStore
-
-    return HarnessStore(store, create=False)
-
-
-def _echo_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, sort_keys=True, default=str))
 
 
 def _print(renderable: Any) -> None:
@@ -63,7 +34,7 @@ def _when(t: float | None) -> str:
 
 # ------------------------------------------------------------------------------------------ store
 @store_app.command("check")
-@_errors
+@cli_errors
 def store_check(
     store: StoreOpt = DEFAULT_STORE,
     repair: Annotated[
@@ -78,9 +49,9 @@ def store_check(
     """Verify every object, record, lineage edge, adapter and run owner; exit 1 if problems remain."""
     from coevolve.store.store import PROBLEM_KINDS
 
-    report = _open(store).check(repair=repair)
+    report = open_store(store, create=False).check(repair=repair)
     if as_json:
-        _echo_json(report.as_json())
+        echo_json(report.as_json())
     else:
         checked = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in report.checked.items())
         typer.echo(f"store {report.root}: checked {checked}")
@@ -127,7 +98,7 @@ def _run_json(run: Any) -> dict[str, Any]:
 
 
 @runs_app.command("list")
-@_errors
+@cli_errors
 def runs_list(
     store: StoreOpt = DEFAULT_STORE,
     kind: Annotated[
@@ -137,9 +108,9 @@ def runs_list(
     as_json: JsonOpt = False,
 ) -> None:
     """The runs in the store, oldest first."""
-    runs = _open(store).list_runs(kind, status)
+    runs = open_store(store, create=False).list_runs(kind, status)
     if as_json:
-        _echo_json([_run_json(r) for r in runs])
+        echo_json([_run_json(r) for r in runs])
         return
     from rich.table import Table
 
@@ -153,14 +124,14 @@ def runs_list(
 
 
 @runs_app.command("show")
-@_errors
+@cli_errors
 def runs_show(
     run_id: Annotated[str, typer.Argument(help="the run id (from `coevolve runs list`)")],
     store: StoreOpt = DEFAULT_STORE,
     as_json: JsonOpt = False,
 ) -> None:
     """One run: its record, owner, config, result, trajectory batches and events."""
-    s = _open(store)
+    s = open_store(store, create=False)
     run = s.get_run(run_id)
     batches = s.trajectory_batches(run_id)
     events = s.events(run_id)
@@ -173,7 +144,7 @@ def runs_show(
         "last_event": None if not events else {"kind": events[-1].kind, "created": events[-1].created},
     }
     if as_json:
-        _echo_json(info)
+        echo_json(info)
         return
     alive = {True: "alive", False: "gone", None: "on another host"}[run.owner_alive()]
     owner = (

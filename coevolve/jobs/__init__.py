@@ -31,6 +31,7 @@ import structlog
 
 from coevolve.analysis.stats import PassRate, cap_note, pass_rate
 from coevolve.analysis.summary import TESTBED_NOTICE, failure_causes, summarise
+from coevolve.config import SEED_MAX, check_seed
 from coevolve.values import EvalSummary, Harness, ModelRef, TaskInstance
 
 
@@ -217,17 +218,6 @@ def use_store(store_path: Path) -> None:
     import os
 
     os.environ["COEVOLVE_STORE"] = str(Path(store_path).resolve())
-
-
-SEED_MIN = -(2**63)
-SEED_MAX = 2**63 - 1 - 2**20  # room for derived seeds (seed + repeat, seed + iteration) in 64 bits
-
-
-def check_seed(seed: Any) -> int:
-    """Seeds travel as 64-bit integers (msgpack, the store): refuse one that does not fit, before anything runs."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX:
-        raise ValueError(f"--seed must be an integer in {SEED_MIN}..{SEED_MAX} (64 bits), got {seed!r}")
-    return seed
 
 
 def check_workers(workers: int, address: str | None) -> None:

@@ -106,7 +106,7 @@ class MetaAgent:
             return
         try:
             result = self._cycles(store)
-            from coevolve.analysis.report import write_run_report
+            from coevolve.jobs.report import write_run_report
 
             html, md = write_run_report(store, self.run_id, result)
             result["report"] = {"html": str(html), "markdown": str(md)}

@@ -227,9 +227,9 @@ _template: Any = None
 
 # ------------------------------------------------------------------------------------ others
 def _litellm_window(ref: ModelRef) -> tuple[int | None, str]:
-    from coevolve.services.gateway import _lib
+    from coevolve.services.providers import litellm_lib
 
-    litellm = _lib()
+    litellm = litellm_lib()
     try:
         info = litellm.get_model_info(f"{ref.provider}/{ref.model}")
     except Exception:  # noqa: BLE001 - litellm raises a plain Exception for a model it does not map

@@ -51,10 +51,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import re
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -69,94 +67,17 @@ from coevolve.agents.executor import (
 from coevolve.agents.fit import Budget
 from coevolve.llm import constrained as cs
 from coevolve.llm.faults import ATTEMPT_HEADER
+from coevolve.services.providers import SYNTHETIC_PROVIDER, litellm_lib
+from coevolve.services.secrets import redact
 from coevolve.values import TOOL_CALL_MODES, DecodingPolicy, ModelRef
 
-SYNTHETIC_PROVIDER = "coevolve_synthetic"
 log = structlog.get_logger(role="gateway")
 
-_litellm = None
-
-
-SECRETS_FILE_ENV = "COEVOLVE_SECRETS_FILE"
 CONSTRAINED_ENV = "COEVOLVE_CONSTRAINED_MODELS"
 # Providers whose servers take a `response_format` json_schema: our synthetic models, the Ray Serve vLLM
 # app, and vLLM servers reached through litellm's hosted_vllm provider.
 CONSTRAINED_PROVIDERS = frozenset({"synthetic", "vllm", "hosted_vllm"})
 RETRY_ENV = "COEVOLVE_RETRY"
-_SECRET_NAME = re.compile(r"(?i)(api_?key|secret|token|password|credential|access_key)")
-_NOT_SECRET = {"COEVOLVE_SECRETS_FILE", "RAY_AUTH_TOKEN_PATH"}
-_loaded_secrets: set[str] = set()
-
-
-def secrets_file() -> Path:
-    return Path(os.environ.get(SECRETS_FILE_ENV) or Path.home() / ".config" / "coevolve" / "secrets.env").expanduser()
-
-
-def load_secrets(path: str | Path | None = None) -> list[str]:
-    """Load KEY=VALUE lines (`export` allowed, quotes stripped, # comments) into the environment, never
-    overriding a variable already set. Returns the names loaded (never the values). A missing file is
-    fine; a file others can read is loaded with a warning."""
-    p = Path(path) if path is not None else secrets_file()
-    try:
-        text = p.read_text()
-        mode = p.stat().st_mode
-    except (OSError, UnicodeDecodeError):
-        return []
-    if mode & 0o077:
-        log.warning("secrets file is readable by other users: chmod 600 it", path=str(p))
-    names = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.removeprefix("export ").partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key.replace("_", "").isalnum():
-            continue
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        if value:
-            _loaded_secrets.add(value)
-        if key not in os.environ:
-            os.environ[key] = value
-            names.append(key)
-    if names:
-        log.info("secrets loaded", path=str(p), names=sorted(names))
-    return names
-
-
-_secrets_seen: tuple[str, int] | None = None
-
-
-def ensure_secrets() -> None:
-    """Load the secrets file if it is new or changed since the last look (one stat per call)."""
-    global _secrets_seen
-    p = secrets_file()
-    try:
-        seen = (str(p), p.stat().st_mtime_ns)
-    except OSError:
-        seen = (str(p), -1)
-    if seen != _secrets_seen:
-        _secrets_seen = seen
-        if seen[1] != -1:
-            load_secrets(p)
-
-
-def secret_values() -> set[str]:
-    """Values to keep out of anything written: the secrets file's, and every environment variable
-    whose name says key, token, secret, password or credential."""
-    values = set(_loaded_secrets)
-    for k, v in os.environ.items():
-        if k not in _NOT_SECRET and _SECRET_NAME.search(k) and len(v) >= 8:
-            values.add(v)
-    return values
-
-
-def redact(text: str) -> str:
-    for v in sorted(secret_values(), key=len, reverse=True):
-        if v in text:
-            text = text.replace(v, "[redacted]")
-    return text
 
 
 def retry_policy_from_env(default: RetryPolicy | None = None) -> RetryPolicy:
@@ -194,7 +115,7 @@ def constrained_unsupported(model: str) -> str | None:
     if route in declared or f"{ref.provider}/*" in declared:
         return None
     if route not in _response_schema_support:
-        litellm = _lib()
+        litellm = litellm_lib()
         try:
             _response_schema_support[route] = bool(litellm.supports_response_schema(model=route))
         except Exception:  # noqa: BLE001 - a model litellm does not know: it cannot vouch for it
@@ -279,29 +200,6 @@ def infra_kind(e: BaseException) -> str | None:
     return None
 
 
-def _lib():
-    """Import and configure litellm once (its import takes seconds: keep it off `import services`)."""
-    global _litellm
-    if _litellm is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
-
-        from coevolve.testbed.provider import SyntheticLLM
-
-        litellm.suppress_debug_info = True
-        litellm.telemetry = False
-        litellm.drop_params = False
-        litellm.disable_end_user_cost_tracking = True
-        if not any(p.get("provider") == SYNTHETIC_PROVIDER for p in litellm.custom_provider_map):
-            litellm.custom_provider_map.append({"provider": SYNTHETIC_PROVIDER, "custom_handler": SyntheticLLM()})
-            from litellm.utils import custom_llm_setup
-
-            custom_llm_setup()
-        _litellm = litellm
-    ensure_secrets()
-    return _litellm
-
-
 class Gateway:
     """Implements `coevolve.agents.executor.ModelClient`; retries infra failures (module docstring)."""
 
@@ -322,7 +220,7 @@ class Gateway:
         return self.retry.call_timeout_s
 
     def warm_up(self) -> None:
-        _lib()
+        litellm_lib()
 
     def route(self, model: str) -> dict[str, Any]:
         ref = ModelRef.parse(model)
@@ -351,7 +249,7 @@ class Gateway:
         detail = redact(f"{type(e).__name__}: {e}")[:500]
         attempts = attempt + 1
         model = redact(model)
-        error_class = ContextWindowExceeded if isinstance(e, _lib().ContextWindowExceededError) else ModelUnavailable
+        error_class = ContextWindowExceeded if isinstance(e, litellm_lib().ContextWindowExceededError) else ModelUnavailable
         err = error_class(
             f"model {model} failed after {attempts} attempt{'s' * (attempts > 1)} ({kind or 'not retryable'}): {detail}"
         )
@@ -367,7 +265,7 @@ class Gateway:
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0,
         decoding: DecodingPolicy | None = None, **kw: Any,
     ) -> Completion:
-        litellm = _lib()
+        litellm = litellm_lib()
         route = self.route(model)
         kw = {**decoding_params(model, tools, decoding), **kw}
         attempt = 0
@@ -398,7 +296,7 @@ class Gateway:
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0,
         decoding: DecodingPolicy | None = None, **kw: Any,
     ) -> Completion:
-        litellm = _lib()
+        litellm = litellm_lib()
         route = self.route(model)
         kw = {**decoding_params(model, tools, decoding), **kw}
         attempt = 0

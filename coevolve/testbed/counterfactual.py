@@ -141,7 +141,7 @@ def with_counterfactuals(
     each failed testbed rollout's counterfactual merged into its ground truth (as rollouts once
     carried it), taken from `store`'s cache or computed and cached there (`acounterfactuals`).
     Harnesses come from `harnesses` (one, a mapping by id, or a lookup), default the store's own;
-    the computation runs on `executor`, else on a fresh one over `client` (default: the gateway).
+    the computation runs on `executor`, else on a fresh one over `client`.
     Called from synchronous code (it runs on the in-process roles' event loop, `coevolve.agents.local`)."""
     if harnesses is None:
         if store is None or not hasattr(store, "get_harness"):
@@ -150,9 +150,7 @@ def with_counterfactuals(
     own = executor is None
     if executor is None:
         if client is None:
-            from coevolve.services.gateway import Gateway  # lazy: litellm's import takes seconds
-
-            client = Gateway()
+            raise ValueError("with_counterfactuals needs an executor, or a model client to run one on")
         executor = Executor(client)
     from coevolve.agents.local import (
         _loop,  # the in-process roles' one event loop (the gateway's client lives there)
