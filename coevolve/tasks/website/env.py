@@ -5,14 +5,51 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
+from coevolve.tasks.tools import Param, json_schema, tool_specs
 from coevolve.tasks.website.world import LINK, PATH, SLUG, SiteWorld, _menu_json, _path
 from coevolve.values import TaskInstance, ToolSpec
 
 MAX_TEXT = 20_000
 MAX_ITEMS = 200
+SitePath = Annotated[str, Param(description="a site path such as /about-us")]
+_PATH = json_schema(SitePath)
+_REDIRECT = {
+    "type": "object",
+    "properties": {"from": _PATH, "to": _PATH, "code": {"type": "integer", "enum": [301, 302]}},
+    "required": ["from", "to"],
+    "additionalProperties": False,
+}
+_CHANGE = {
+    "type": "object",
+    "properties": {"old": _PATH, "new": _PATH},
+    "required": ["old", "new"],
+    "additionalProperties": False,
+}
+_MENU_ITEM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "label": {"type": "string", "minLength": 1},
+        "target": _PATH,
+        "children": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "label": {"type": "string", "minLength": 1},
+                    "target": _PATH,
+                    "children": {"type": "array", "maxItems": 0},
+                },
+                "required": ["label", "target"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["label", "target"],
+    "additionalProperties": False,
+}
 
 
 class WebsiteEnv(TaskEnv):
@@ -62,6 +99,7 @@ class WebsiteEnv(TaskEnv):
 
     # ---- pages
     def tool_list_pages(self) -> str:
+        """List every CMS page: id, path, title, status, last update and SEO title."""
         lines = ["id | path | title | status | updated | seo_title"]
         for pid in sorted(self.pages, key=lambda q: self.path(q)):
             p = self.pages[pid]
@@ -70,7 +108,8 @@ class WebsiteEnv(TaskEnv):
             )
         return "\n".join(lines) + f"\n({len(self.pages)} pages)"
 
-    def tool_get_page(self, path: str) -> str:
+    def tool_get_page(self, path: SitePath) -> str:
+        """Show one page by path: fields, SEO metadata, children and body."""
         if not isinstance(path, str):
             raise ToolArgError("path must be a string such as /about-us")
         pid = self._by_path().get(path)
@@ -106,9 +145,11 @@ class WebsiteEnv(TaskEnv):
         body: str | None = None,
         seo_title: str | None = None,
         meta_description: str | None = None,
-        canonical: str | None = None,
-        status: str | None = None,
+        canonical: Annotated[str | None, Param(description="site path, or empty for the page itself")] = None,
+        status: Literal["published", "draft"] | None = None,
     ) -> str:
+        """Change fields of a page by id. Only the fields given change. Changing the slug changes the page's
+        URL; it does not create redirects or update links."""
         if not isinstance(page_id, int) or isinstance(page_id, bool) or page_id not in self.pages:
             raise ToolArgError(f"no page with id {str(page_id)[:50]}")
         p = self.pages[page_id]
@@ -151,10 +192,14 @@ class WebsiteEnv(TaskEnv):
 
     # ---- redirects
     def tool_list_redirects(self) -> str:
+        """List the site's redirects (from, to, HTTP code)."""
         lines = ["from | to | code"] + [f"{f} | {t} | {c}" for f, (t, c) in sorted(self.redirects.items())]
         return "\n".join(lines) + f"\n({len(self.redirects)} redirects)"
 
-    def tool_save_redirects(self, redirects: list[dict[str, Any]]) -> str:
+    def tool_save_redirects(
+        self, redirects: Annotated[list[dict[str, Any]], Param(items=_REDIRECT, maxItems=MAX_ITEMS)]
+    ) -> str:
+        """Create or overwrite redirects, keyed by their from path."""
         if not isinstance(redirects, list) or len(redirects) > MAX_ITEMS:
             raise ToolArgError(f"redirects must be a list of at most {MAX_ITEMS} objects")
         clean = []
@@ -173,14 +218,19 @@ class WebsiteEnv(TaskEnv):
             self.redirects[f] = (t, c)
         return f"saved {len(clean)} redirects"
 
-    def tool_delete_redirect(self, from_path: str) -> str:
+    def tool_delete_redirect(self, from_path: SitePath) -> str:
+        """Delete the redirect from a path."""
         if not isinstance(from_path, str) or from_path not in self.redirects:
             raise ToolArgError(f"no redirect from {str(from_path)[:200]!r}")
         del self.redirects[from_path]
         return f"deleted the redirect from {from_path}"
 
     # ---- links and menus
-    def tool_replace_links(self, changes: list[dict[str, Any]]) -> str:
+    def tool_replace_links(
+        self, changes: Annotated[list[dict[str, Any]], Param(items=_CHANGE, maxItems=MAX_ITEMS)]
+    ) -> str:
+        """Site-wide link replacement: every link in page bodies and every menu item whose target is exactly
+        `old` is changed to `new`."""
         if not isinstance(changes, list) or len(changes) > MAX_ITEMS:
             raise ToolArgError(f"changes must be a list of at most {MAX_ITEMS} objects")
         pairs = []
@@ -212,11 +262,16 @@ class WebsiteEnv(TaskEnv):
         return "\n".join(report) or "no changes given"
 
     def tool_get_menu(self, menu: str) -> str:
+        """Show a menu ('main' or 'footer') as JSON: items with label, target and children."""
         if not isinstance(menu, str) or menu not in self.menus:
             raise ToolArgError(f"no menu {str(menu)[:100]!r} (menus: {', '.join(self.menus)})")
         return json.dumps(self.menus[menu], indent=1)
 
-    def tool_set_menu(self, menu: str, items: list[dict[str, Any]]) -> str:
+    def tool_set_menu(
+        self, menu: str, items: Annotated[list[dict[str, Any]], Param(items=_MENU_ITEM)]
+    ) -> str:
+        """Replace a whole menu with the given items (two levels: items may have children without
+        children)."""
         if not isinstance(menu, str) or menu not in self.menus:
             raise ToolArgError(f"no menu {str(menu)[:100]!r} (menus: {', '.join(self.menus)})")
         self.menus[menu] = _check_items(items, depth=0)
@@ -224,10 +279,12 @@ class WebsiteEnv(TaskEnv):
 
     # ---- media and crawl
     def tool_list_media(self) -> str:
+        """List the media library (file path and alt text)."""
         lines = ["file | alt text"] + [f"{f} | {alt}" for f, alt in sorted(self.media.items())]
         return "\n".join(lines)
 
     def tool_read_link_report(self) -> str:
+        """Read the report of the last link crawl."""
         w = self.world
         if not w.report:
             return f"Link crawl of {w.today}: no broken internal links found."
@@ -241,7 +298,9 @@ class WebsiteEnv(TaskEnv):
             raise ToolArgError("path must be a site path such as /about-us")
         return path
 
-    def tool_resolve_path(self, path: str) -> str:
+    def tool_resolve_path(self, path: SitePath) -> str:
+        """Follow the site's redirects from a path to where they end, and say what is there: a published
+        page, a draft page or no page."""
         cur = self._path_arg(path)
         hops, seen = [cur], {cur}
         while cur in self.redirects:
@@ -259,7 +318,8 @@ class WebsiteEnv(TaskEnv):
         chain = " -> ".join(hops)
         return f"{chain}: {where}" if len(hops) > 1 else f"{chain} is not redirected: {where}"
 
-    def tool_find_pages(self, title: str) -> str:
+    def tool_find_pages(self, title: Annotated[str, Param(minLength=1)]) -> str:
+        """The pages with a given title (case-insensitive): id, path, status and last update of each."""
         if not isinstance(title, str) or not title.strip() or len(title) > 300:
             raise ToolArgError("title must be a page title")
         want = " ".join(title.split()).lower()
@@ -270,7 +330,8 @@ class WebsiteEnv(TaskEnv):
         lines += [f"{pid} | {self.path(pid)} | {self.pages[pid]['status']} | {self.pages[pid]['updated']}" for pid in hits]
         return "\n".join(lines)
 
-    def tool_page_tree(self, path: str) -> str:
+    def tool_page_tree(self, path: SitePath) -> str:
+        """The page at a path and the paths of all the pages below it (children, their children, ...)."""
         pid = self._by_path().get(self._path_arg(path))
         if pid is None:
             raise ToolArgError(f"no page at {path[:200]!r}")
@@ -285,7 +346,9 @@ class WebsiteEnv(TaskEnv):
             ", ".join(below) or "none"
         )
 
-    def tool_links_to(self, path: str) -> str:
+    def tool_links_to(self, path: SitePath) -> str:
+        """Everything that points at a path: the pages whose bodies link to it, the menu items that target
+        it and the redirects whose target it is."""
         target = self._path_arg(path)
         pattern = re.compile(r"\]\(" + re.escape(target) + r"\)")
         pages = sorted(self.path(pid) for pid, p in self.pages.items() if pattern.search(p["body"]))
@@ -322,186 +385,22 @@ def _check_items(items: Any, depth: int) -> list[dict[str, Any]]:
     return out
 
 
-_NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
-_PATH = {"type": "string", "description": "a site path such as /about-us"}
-_MENU_ITEM: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "label": {"type": "string", "minLength": 1},
-        "target": _PATH,
-        "children": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "label": {"type": "string", "minLength": 1},
-                    "target": _PATH,
-                    "children": {"type": "array", "maxItems": 0},
-                },
-                "required": ["label", "target"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    "required": ["label", "target"],
-    "additionalProperties": False,
-}
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "list_pages",
-        "List every CMS page: id, path, title, status, last update and SEO title.",
-        _NO_ARGS,
-        "list_pages",
-    ),
-    ToolSpec(
-        "get_page",
-        "Show one page by path: fields, SEO metadata, children and body.",
-        {
-            "type": "object",
-            "properties": {"path": _PATH},
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-        "get_page",
-    ),
-    ToolSpec(
-        "update_page",
-        "Change fields of a page by id. Only the fields given change. Changing the slug changes the page's "
-        "URL; it does not create redirects or update links.",
-        {
-            "type": "object",
-            "properties": {
-                "page_id": {"type": "integer"},
-                "slug": {"type": "string"},
-                "title": {"type": "string"},
-                "body": {"type": "string"},
-                "seo_title": {"type": "string"},
-                "meta_description": {"type": "string"},
-                "canonical": {"type": "string", "description": "site path, or empty for the page itself"},
-                "status": {"type": "string", "enum": ["published", "draft"]},
-            },
-            "required": ["page_id"],
-            "additionalProperties": False,
-        },
-        "update_page",
-    ),
-    ToolSpec(
-        "list_redirects", "List the site's redirects (from, to, HTTP code).", _NO_ARGS, "list_redirects"
-    ),
-    ToolSpec(
-        "save_redirects",
-        "Create or overwrite redirects, keyed by their from path.",
-        {
-            "type": "object",
-            "properties": {
-                "redirects": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "from": _PATH,
-                            "to": _PATH,
-                            "code": {"type": "integer", "enum": [301, 302]},
-                        },
-                        "required": ["from", "to"],
-                        "additionalProperties": False,
-                    },
-                    "maxItems": MAX_ITEMS,
-                }
-            },
-            "required": ["redirects"],
-            "additionalProperties": False,
-        },
-        "save_redirects",
-    ),
-    ToolSpec(
-        "delete_redirect",
-        "Delete the redirect from a path.",
-        {
-            "type": "object",
-            "properties": {"from_path": _PATH},
-            "required": ["from_path"],
-            "additionalProperties": False,
-        },
-        "delete_redirect",
-    ),
-    ToolSpec(
-        "replace_links",
-        "Site-wide link replacement: every link in page bodies and every menu item whose target is exactly "
-        "`old` is changed to `new`.",
-        {
-            "type": "object",
-            "properties": {
-                "changes": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {"old": _PATH, "new": _PATH},
-                        "required": ["old", "new"],
-                        "additionalProperties": False,
-                    },
-                    "maxItems": MAX_ITEMS,
-                }
-            },
-            "required": ["changes"],
-            "additionalProperties": False,
-        },
-        "replace_links",
-    ),
-    ToolSpec(
-        "get_menu",
-        "Show a menu ('main' or 'footer') as JSON: items with label, target and children.",
-        {
-            "type": "object",
-            "properties": {"menu": {"type": "string"}},
-            "required": ["menu"],
-            "additionalProperties": False,
-        },
-        "get_menu",
-    ),
-    ToolSpec(
-        "set_menu",
-        "Replace a whole menu with the given items (two levels: items may have children without children).",
-        {
-            "type": "object",
-            "properties": {"menu": {"type": "string"}, "items": {"type": "array", "items": _MENU_ITEM}},
-            "required": ["menu", "items"],
-            "additionalProperties": False,
-        },
-        "set_menu",
-    ),
-    ToolSpec("list_media", "List the media library (file path and alt text).", _NO_ARGS, "list_media"),
-    ToolSpec("read_link_report", "Read the report of the last link crawl.", _NO_ARGS, "read_link_report"),
+TOOLS = tool_specs(
+    WebsiteEnv.tool_list_pages,
+    WebsiteEnv.tool_get_page,
+    WebsiteEnv.tool_update_page,
+    WebsiteEnv.tool_list_redirects,
+    WebsiteEnv.tool_save_redirects,
+    WebsiteEnv.tool_delete_redirect,
+    WebsiteEnv.tool_replace_links,
+    WebsiteEnv.tool_get_menu,
+    WebsiteEnv.tool_set_menu,
+    WebsiteEnv.tool_list_media,
+    WebsiteEnv.tool_read_link_report,
 )
-
-_PATH_ARG = {"type": "object", "properties": {"path": _PATH}, "required": ["path"], "additionalProperties": False}
-HELPER_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "resolve_path",
-        "Follow the site's redirects from a path to where they end, and say what is there: a published page, a "
-        "draft page or no page.",
-        _PATH_ARG,
-        "resolve_path",
-    ),
-    ToolSpec(
-        "find_pages",
-        "The pages with a given title (case-insensitive): id, path, status and last update of each.",
-        {"type": "object", "properties": {"title": {"type": "string", "minLength": 1}}, "required": ["title"],
-         "additionalProperties": False},
-        "find_pages",
-    ),
-    ToolSpec(
-        "page_tree",
-        "The page at a path and the paths of all the pages below it (children, their children, ...).",
-        _PATH_ARG,
-        "page_tree",
-    ),
-    ToolSpec(
-        "links_to",
-        "Everything that points at a path: the pages whose bodies link to it, the menu items that target it and "
-        "the redirects whose target it is.",
-        _PATH_ARG,
-        "links_to",
-    ),
+HELPER_TOOLS = tool_specs(
+    WebsiteEnv.tool_resolve_path,
+    WebsiteEnv.tool_find_pages,
+    WebsiteEnv.tool_page_tree,
+    WebsiteEnv.tool_links_to,
 )
