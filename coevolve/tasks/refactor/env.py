@@ -5,11 +5,12 @@ subprocess with time/memory limits, a temp directory, no network)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from coevolve import sandbox
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult
 from coevolve.tasks.refactor.world import RefactorWorld, original_files
+from coevolve.tasks.tools import Param, tool_specs
 from coevolve.text import bounded
 from coevolve.values import TaskInstance, ToolSpec
 
@@ -21,6 +22,7 @@ ENV_LIMITS = sandbox.Limits(wall_s=15.0, per_test_s=2.0, cpu_s=10, memory_mb=256
 # run_tests' observation: at most this many characters (the sandbox's stop reason is itself cut at
 # sandbox.MAX_STOPPED_CHARS and its report at 6,000), head and tail kept with a marker between
 RUN_TESTS_CHARS = 8_000
+Line = Annotated[int | None, Param(minimum=1)]
 
 
 class RefactorEnv(TaskEnv):
@@ -41,9 +43,11 @@ class RefactorEnv(TaskEnv):
         return path
 
     def tool_list_files(self) -> str:
+        """List the repository's files with their line counts."""
         return "\n".join(f"{p} ({c.count(chr(10))} lines)" for p, c in sorted(self.files.items()))
 
-    def tool_read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+    def tool_read_file(self, path: str, start_line: Line = None, end_line: Line = None) -> str:
+        """Read a file of the repository, optionally only lines start_line..end_line (1-based, inclusive)."""
         text = self.files[self._file(path)]
         if start_line is None and end_line is None:
             return text
@@ -53,7 +57,14 @@ class RefactorEnv(TaskEnv):
         lines = text.split("\n")
         return "\n".join(lines[(start_line or 1) - 1 : end_line or len(lines)])
 
-    def tool_search(self, pattern: str, context: int = 0, path: str | None = None) -> str:
+    def tool_search(
+        self,
+        pattern: Annotated[str, Param(minLength=1, maxLength=200)],
+        context: Annotated[int, Param(minimum=0, maximum=10)] = 0,
+        path: str | None = None,
+    ) -> str:
+        """Find lines containing a literal string in the repository (like grep -F -n), with `context` lines
+        around each match; `path` limits the search to paths starting with it."""
         if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
             raise ToolArgError("pattern must be a non-empty string of at most 200 characters")
         if not isinstance(context, int) or isinstance(context, bool) or not 0 <= context <= 10:
@@ -86,7 +97,10 @@ class RefactorEnv(TaskEnv):
             text = text[:MAX_SEARCH_CHARS] + "\n...[truncated]"
         return text + (f"\n({hits} matching lines)" if hits else "")
 
-    def tool_write_file(self, path: str, content: str) -> str:
+    def tool_write_file(
+        self, path: Annotated[str, Param(pattern="^[A-Za-z0-9_][A-Za-z0-9_./-]*$")], content: str
+    ) -> str:
+        """Create or overwrite a file with the given content."""
         _check_path(path)
         if not isinstance(content, str):
             raise ToolArgError("content must be a string")
@@ -97,7 +111,9 @@ class RefactorEnv(TaskEnv):
         self.files[path] = content
         return f"wrote {len(content)} characters to {path}"
 
-    def tool_apply_patch(self, patch: str) -> str:
+    def tool_apply_patch(self, patch: Annotated[str, Param(minLength=1)]) -> str:
+        """Apply a unified diff (as produced by `diff -u` / `git diff`, one or more files, paths a/... b/...,
+        /dev/null to create a file). All hunks apply or none does."""
         if not isinstance(patch, str) or not patch.strip():
             raise ToolArgError("patch must be a non-empty unified diff")
         new, changed = apply_patch(self.files, patch)
@@ -107,6 +123,8 @@ class RefactorEnv(TaskEnv):
         return f"patched {len(changed)} file(s): {', '.join(changed)}"
 
     def tool_run_tests(self, path: str | None = None) -> ToolResult:
+        """Run the repository's tests (all tests/test_*.py, or one file) in a sandbox and report the
+        results."""
         if path is not None:
             self._file(path)
             tests = [path]
@@ -251,52 +269,13 @@ def _check_path(path: Any) -> str:
     return path
 
 
-def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("list_files", "List the repository's files with their line counts.", _obj({}, []), "list_files"),
-    ToolSpec(
-        "read_file",
-        "Read a file of the repository, optionally only lines start_line..end_line (1-based, inclusive).",
-        _obj(
-            {"path": {"type": "string"}, "start_line": {"type": "integer", "minimum": 1}, "end_line": {"type": "integer", "minimum": 1}},
-            ["path"],
-        ),
-        "read_file",
-    ),
-    ToolSpec(
-        "search",
-        "Find lines containing a literal string in the repository (like grep -F -n), with `context` lines "
-        "around each match; `path` limits the search to paths starting with it.",
-        _obj(
-            {
-                "pattern": {"type": "string", "minLength": 1, "maxLength": 200},
-                "context": {"type": "integer", "minimum": 0, "maximum": 10},
-                "path": {"type": "string"},
-            },
-            ["pattern"],
-        ),
-        "search",
-    ),
-    ToolSpec(
-        "write_file",
-        "Create or overwrite a file with the given content.",
-        _obj({"path": {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9_./-]*$"}, "content": {"type": "string"}}, ["path", "content"]),
-        "write_file",
-    ),
-    ToolSpec(
-        "apply_patch",
-        "Apply a unified diff (as produced by `diff -u` / `git diff`, one or more files, paths a/... b/..., "
-        "/dev/null to create a file). All hunks apply or none does.",
-        _obj({"patch": {"type": "string", "minLength": 1}}, ["patch"]),
-        "apply_patch",
-    ),
-    ToolSpec(
-        "run_tests",
-        "Run the repository's tests (all tests/test_*.py, or one file) in a sandbox and report the results.",
-        _obj({"path": {"type": "string"}}, []),
-        "run_tests",
-    ),
+# `required` even when empty, as these schemas were first written (harness ids hash them)
+TOOLS = tool_specs(
+    RefactorEnv.tool_list_files,
+    RefactorEnv.tool_read_file,
+    RefactorEnv.tool_search,
+    RefactorEnv.tool_write_file,
+    RefactorEnv.tool_apply_patch,
+    RefactorEnv.tool_run_tests,
+    required_always=True,
 )
