@@ -8,17 +8,19 @@ for a deliberate change of a schema)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pytest
 from jsonschema import Draft202012Validator
 
 from coevolve.tasks import family_names, get_family
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv
+from coevolve.tasks.tools import Param, fill_doc, json_schema, tool_spec
 from coevolve.values import ToolSpec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tool_specs.json"
@@ -28,7 +30,7 @@ PATTERN_CANDIDATES = ("a", "PR-1")
 
 
 def as_json(specs: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
-    return [{"name": t.name, "description": t.description, "parameters": t.parameters, "impl": t.impl} for t in specs]
+    return [dataclasses.asdict(t) for t in specs]
 
 
 def family_specs(name: str) -> dict[str, Any]:
@@ -112,6 +114,60 @@ def test_schema_examples_bind_and_run(name):
             if spec.impl not in env.blocking_tools:  # a sandbox run is test_refactor's business
                 result = env.call(spec.impl, args)
                 assert "bad arguments" not in result.content, (spec.name, args, result.content)
+
+
+# ------------------------------------------------------------------ the derivation itself
+def test_a_spec_is_read_from_the_signature_and_the_docstring():
+    class Env:
+        @fill_doc(limit=40.0)
+        def tool_pick(
+            self,
+            what: Annotated[str, Param(minLength=1, description="a name")],
+            how: Literal["a", "b"] | None = None,
+            many: Annotated[list[dict[str, Any]] | None, Param(minItems=1, items={"type": "object"})] = None,
+        ) -> str:
+            """Pick one over {limit:g}
+            of them.
+
+            Not part of the description."""
+            return what
+
+    spec = tool_spec(Env.tool_pick)
+    assert (spec.name, spec.impl, spec.description) == ("pick", "pick", "Pick one over 40 of them.")
+    assert json.dumps(spec.parameters) == json.dumps({
+        "type": "object",
+        "properties": {
+            "what": {"type": "string", "minLength": 1, "description": "a name"},
+            "how": {"type": "string", "enum": ["a", "b"]},
+            "many": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+        },
+        "required": ["what"],
+        "additionalProperties": False,
+    })
+
+
+def test_types_map_to_json_schema():
+    cells = {"type": "object", "additionalProperties": {"type": ["string", "number"]}}
+    assert json_schema(dict[str, str | float]) == cells
+    rows = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+    assert json_schema(list[list[int]]) == rows
+    assert json_schema(dict[str, Any]) == {"type": "object"} and json_schema(bool) == {"type": "boolean"}
+    with pytest.raises(TypeError):
+        json_schema(Any)
+
+
+def test_a_method_that_is_no_tool_or_has_no_docstring_is_refused():
+    class Env:
+        def pick(self) -> str:
+            """Pick."""
+            return ""
+
+        def tool_pick(self) -> str:
+            return ""
+
+    for method in (Env.pick, Env.tool_pick):
+        with pytest.raises(ValueError):
+            tool_spec(method)
 
 
 if __name__ == "__main__":
