@@ -106,10 +106,10 @@ def main() -> None:
     if not rules or any(r not in RULES for r in rules):
         ap.error(f"--rules: choose from {', '.join(RULES)}")
 
-    from coevolve.agents.executor import Completion
     from coevolve.agents.local import LocalEvaluator
     from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
     from coevolve.analysis.summary import TESTBED_NOTICE
+    from coevolve.llm.contract import Completion
     from coevolve.services.gateway import Gateway
     from coevolve.services.logs import configure_logging
     from coevolve.store.store import HarnessStore

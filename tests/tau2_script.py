@@ -20,7 +20,7 @@ class ScriptClient:
         self.steps = steps
 
     async def acomplete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int) -> Any:
-        from coevolve.agents.executor import Completion
+        from coevolve.llm.contract import Completion
 
         k = sum(1 for m in messages if m.get("role") == "assistant")
         text, call = step_of(self.steps, k)

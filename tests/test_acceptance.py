@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from coevolve.agents.executor import Completion
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
 from coevolve.agents.meta.acceptance import (
     BootstrapTest,
@@ -19,6 +18,7 @@ from coevolve.agents.meta.acceptance import (
     holm_accepted,
     sign_test_p,
 )
+from coevolve.llm.contract import Completion
 from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from coevolve.agents.correction import BuildConfig, DatasetBuilder
-from coevolve.agents.executor import Completion, assistant_positions
+from coevolve.agents.executor import assistant_positions
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge
 from coevolve.agents.local import LocalEvaluator, local_services
+from coevolve.llm.contract import Completion
 from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.testbed.counterfactual import with_counterfactuals

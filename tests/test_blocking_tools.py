@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from coevolve.agents.executor import Completion, Executor, resolve_tool_threads
+from coevolve.agents.executor import Executor, resolve_tool_threads
+from coevolve.llm.contract import Completion
 from coevolve.tasks import get_family
 from coevolve.testbed.respond import respond
 

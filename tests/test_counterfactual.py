@@ -10,14 +10,8 @@ from dataclasses import replace
 import pytest
 
 from coevolve.agents.context import apply_policy
-from coevolve.agents.executor import (
-    Executor,
-    ModelUnavailable,
-    Resume,
-    assistant_positions,
-    openai_tool,
-    same_calls,
-)
+from coevolve.agents.executor import Executor, Resume, assistant_positions, openai_tool, same_calls
+from coevolve.llm.contract import ModelUnavailable
 from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family

@@ -11,10 +11,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from coevolve.agents.executor import DecodingUnsupported, Executor, assistant_positions, openai_tool
+from coevolve.agents.executor import Executor, assistant_positions, openai_tool
 from coevolve.codec import canonical, decode, encode, from_plain, to_plain
 from coevolve.edits import EditError, apply_edit, edit_from_json, edit_to_json
 from coevolve.llm import constrained as cs
+from coevolve.llm.contract import DecodingUnsupported
 from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import family_names, get_family
@@ -249,7 +250,7 @@ def test_the_synthetic_provider_answers_a_constrained_request_with_json_text():
     ],
 )
 def test_the_synthetic_provider_refuses_a_schema_request_that_is_not_the_tools_union(mangle, message):
-    from coevolve.agents.executor import ModelUnavailable
+    from coevolve.llm.contract import ModelUnavailable
 
     fam = get_family("iot")
     tools = [openai_tool(t) for t in fam.baseline_harness().tools]
@@ -311,7 +312,7 @@ class Recorder:
         self.calls: list[dict] = []
 
     async def acomplete(self, model, messages, tools, *, seed, **kw):
-        from coevolve.agents.executor import Completion
+        from coevolve.llm.contract import Completion
 
         self.calls.append(kw)
         call = {"id": "c", "type": "function", "function": {"name": "finish", "arguments": "{}"}}

@@ -8,10 +8,11 @@ import dataclasses
 import pytest
 
 from coevolve.agents.context import apply_policy
-from coevolve.agents.executor import Executor, RetryPolicy
+from coevolve.agents.executor import Executor
 from coevolve.analysis.summary import recorded_causes
 from coevolve.codec import encode
 from coevolve.edits import apply_edit
+from coevolve.llm.contract import RetryPolicy
 from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.values import AddHook, ContextPolicy, HarnessEdit, HookSpec, SetContextPolicy, SetMaxTurns

@@ -18,15 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.executor import (
-    Completion,
-    ContextWindowExceeded,
-    Executor,
-    ModelUnavailable,
-    RetryPolicy,
-)
+from coevolve.agents.executor import Executor
 from coevolve.agents.local import LocalEvaluator
 from coevolve.analysis.stats import pass_rate
+from coevolve.llm.contract import Completion, ContextWindowExceeded, ModelUnavailable, RetryPolicy
 from coevolve.llm.faults import KINDS, FaultSpec, FaultSpecError, count_faults
 from coevolve.services.gateway import Gateway, infra_kind
 from coevolve.tasks import get_family

@@ -28,9 +28,10 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from coevolve.agents.executor import Completion, Executor
+from coevolve.agents.executor import Executor
 from coevolve.codec import decode, encode
 from coevolve.edits import HOOK_KINDS, EditError, apply_edit, edit_from_json, validate_harness
+from coevolve.llm.contract import Completion
 from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 

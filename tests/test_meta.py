@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.executor import Completion
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
 from coevolve.agents.meta.acceptance import PairedResult, SignTest, sign_test_p
 from coevolve.agents.meta.proposer import parse_response, proposer_messages
 from coevolve.analysis.usage import edit_usage
+from coevolve.llm.contract import Completion
 from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family

@@ -401,9 +401,9 @@ def test_the_explicit_setting_wins_and_bad_values_are_one_clear_error(monkeypatc
 
 
 def test_judge_and_expert_with_a_small_window_get_fitted_prompts_and_answer(provider, payroll_failures):
-    from coevolve.agents.executor import ContextWindowExceeded
     from coevolve.agents.expert import ExpertRewriter
     from coevolve.agents.judge import PROMPTS, UNKNOWN, Judge, RoleUsage
+    from coevolve.llm.contract import ContextWindowExceeded
     from coevolve.tasks import get_family
 
     t = max(payroll_failures, key=lambda t: len(json.dumps(t.messages)))
@@ -595,8 +595,8 @@ def served_tiny_6k(tmp_path_factory, tiny_model, ray_session):
 
 @pytest.mark.slow
 def test_a_judge_served_by_vllm_at_a_small_window_gets_a_fitted_prompt_and_answers(served_tiny_6k, payroll_failures, tiny_model):
-    from coevolve.agents.executor import ContextWindowExceeded
     from coevolve.agents.judge import PROMPTS, Judge, RoleUsage
+    from coevolve.llm.contract import ContextWindowExceeded
 
     gateway = Gateway(timeout_s=300)
     sent = []

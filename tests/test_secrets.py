@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.executor import Completion, Executor
+from coevolve.agents.executor import Executor
 from coevolve.codec import encode
+from coevolve.llm.contract import Completion
 from coevolve.tasks import get_family
 
 ENV_KEY = "sk-fake-coevolve-env-" + uuid.uuid4().hex
@@ -67,7 +68,7 @@ def test_secrets_file_loads_without_overriding_the_environment(secrets, monkeypa
 
 
 def test_a_key_in_an_error_message_leaves_the_gateway_redacted(secrets):
-    from coevolve.agents.executor import ModelUnavailable, RetryPolicy
+    from coevolve.llm.contract import ModelUnavailable, RetryPolicy
     from coevolve.services.gateway import Gateway
 
     gateway = Gateway(retry=RetryPolicy(attempts=2, backoff_s=0.001))

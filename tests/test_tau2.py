@@ -395,7 +395,7 @@ class Replay:
 
 
 class ReplayClient:
-    """An `coevolve.agents.executor.ModelClient` serving recorded responses through the gateway's own parser."""
+    """An `coevolve.llm.contract.ModelClient` serving recorded responses through the gateway's own parser."""
 
     def __init__(self, replay: Replay):
         self.replay = replay
@@ -412,7 +412,8 @@ class ReplayClient:
 def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) -> None:
     import litellm
 
-    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.agents.executor import Executor
+    from coevolve.llm.contract import RetryPolicy
     from coevolve.tasks import get_family
     from coevolve.tasks.tau2.data import tau2
 
@@ -474,7 +475,8 @@ def test_recorded_llm_agent_and_llm_user_through_the_executor(monkeypatch: Any) 
 
 
 def test_an_unseen_conversation_fails_the_replay(monkeypatch: Any) -> None:
-    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.agents.executor import Executor
+    from coevolve.llm.contract import RetryPolicy
     from coevolve.tasks import get_family
 
     fixture = json.loads(FIXTURE.read_text())

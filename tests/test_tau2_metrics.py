@@ -84,7 +84,7 @@ class Silent:
     """Says nothing: every empty message counts toward tau2's error limit, which ends the run (reward 0)."""
 
     async def acomplete(self, model: str, messages: Any, tools: Any, *, seed: int) -> Any:
-        from coevolve.agents.executor import Completion
+        from coevolve.llm.contract import Completion
 
         return Completion({"role": "assistant", "content": ""}, 0, 0)
 
@@ -93,7 +93,7 @@ class Down:
     """A model that cannot be reached: the rollout is an infra failure."""
 
     async def acomplete(self, model: str, messages: Any, tools: Any, *, seed: int) -> Any:
-        from coevolve.agents.executor import ModelUnavailable
+        from coevolve.llm.contract import ModelUnavailable
 
         raise ModelUnavailable("model openai/scripted-agent failed after 1 attempt (5xx)")
 
@@ -108,7 +108,7 @@ class ToolProtocolClient:
         self.steps = fam.plan(inst, fam.full_knowledge())
 
     async def acomplete(self, model: str, messages: Any, tools: Any, *, seed: int) -> Any:
-        from coevolve.agents.executor import Completion
+        from coevolve.llm.contract import Completion
 
         k = sum(1 for m in messages if m.get("role") == "assistant")
         step = self.steps[min(k, len(self.steps) - 1)]
@@ -124,7 +124,8 @@ class ScriptedPool:
         self.choose = choose
 
     def run(self, jobs_: Any, on_result: Any = None, progress: bool = False, description: str = "", max_in_flight: Any = None) -> list:
-        from coevolve.agents.executor import Executor, RetryPolicy
+        from coevolve.agents.executor import Executor
+        from coevolve.llm.contract import RetryPolicy
 
         out = []
         for k, job in enumerate(jobs_):

@@ -50,7 +50,8 @@ def script(raw: dict[str, Any], mixed: bool) -> list[tuple[str | None, dict[str,
 
 
 def run_executor(inst: Any, client: Any, harness: Any = None) -> Any:
-    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.agents.executor import Executor
+    from coevolve.llm.contract import RetryPolicy
     from coevolve.tasks import get_family
 
     fam = get_family(inst.family)
@@ -155,7 +156,7 @@ def test_every_failed_call_counts_toward_taus_error_limit() -> None:
 
     class Broken:
         async def acomplete(self, model: str, messages: list[dict[str, Any]], tools: Any, *, seed: int) -> Any:
-            from coevolve.agents.executor import Completion
+            from coevolve.llm.contract import Completion
 
             k = sum(1 for m in messages if m.get("role") == "assistant")
             bad = [("no_such_tool", "{}"), ("get_order_details", "{not json"), ("get_order_details", "[1]"),

@@ -181,7 +181,8 @@ def script_of(fam: Any, inst: Any, skip_first_ask: bool = False) -> list[tuple[s
 
 def run_executor(inst: Any, client: Any, customer: Any) -> Any:
     """One rollout through the project's executor, with `customer` as the env's customer factory."""
-    from coevolve.agents.executor import Executor, RetryPolicy
+    from coevolve.agents.executor import Executor
+    from coevolve.llm.contract import RetryPolicy
     from coevolve.tasks import get_family
 
     fam = get_family(inst.family)

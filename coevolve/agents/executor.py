@@ -51,13 +51,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import structlog
 
 from coevolve.agents import hooks as hk
 from coevolve.agents.context import apply_policy
+from coevolve.llm.contract import (
+    Completion,
+    ContextWindowExceeded,
+    DecodingUnsupported,
+    ModelClient,
+    ModelUnavailable,
+    RetryPolicy,
+)
 from coevolve.tasks import get_family
 from coevolve.values import (
     DecodingPolicy,
@@ -76,52 +84,8 @@ DEFAULT_TOOL_THREADS = 32
 NO_TOOL_NUDGE = "No tool was called. Use the tools to make progress, and call finish when the task is done."
 
 
-@dataclass(frozen=True)
-class Completion:
-    """One model reply, normalised by the gateway."""
-
-    message: dict[str, Any]  # OpenAI assistant message: role, content, tool_calls
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float = 0.0
-    meta: dict[str, Any] = field(default_factory=dict)  # e.g. a synthetic model's failure cause
-
-
-class ModelClient(Protocol):
-    """`decoding` is passed only for a harness whose decoding policy is not the default."""
-
-    async def acomplete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int,
-        decoding: DecodingPolicy | None = None,
-    ) -> Completion: ...
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 4
-    backoff_s: float = 0.25
-    backoff_max_s: float = 4.0
-    call_timeout_s: float = 300.0
-
-
 def openai_tool(t: ToolSpec) -> dict[str, Any]:
     return {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-
-
-class ModelUnavailable(RuntimeError):
-    pass
-
-
-class DecodingUnsupported(ValueError):
-    """The model (its provider) cannot honour the harness's decoding policy, e.g. constrained tool calls
-    from a provider without structured output. Not retried and not an infra trajectory: every call
-    would fail the same way."""
-
-
-class ContextWindowExceeded(ModelUnavailable):
-    """The conversation outgrew the model's context window. The rollout ends there as a task failure:
-    the same model, harness and seed would overflow again, and a harness is expected to manage its
-    context (its context policy), so it is not an infra fault to be excused from the pass rate."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +135,7 @@ def resolve_tool_threads(explicit: int | None = None) -> int:
 
 
 class Executor:
-    def __init__(self, client: ModelClient, retry: RetryPolicy = RetryPolicy(), *, tool_threads: int | None = None):
+    def __init__(self, client: ModelClient, retry: RetryPolicy = RetryPolicy(), *, tool_threads: int | None = None):  # noqa: B008 - frozen
         self.client = client
         self.retry = retry
         self.tool_threads = resolve_tool_threads(tool_threads)

@@ -19,12 +19,11 @@ candidates, which are skipped — never an exception out of the rewriter.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coevolve.agents.executor import Completion, ContextWindowExceeded, ModelUnavailable, assistant_positions
+from coevolve.agents.executor import assistant_positions
 from coevolve.agents.fit import (
     CUT_NOTE,
     TOOL_SHARE,
@@ -38,11 +37,11 @@ from coevolve.agents.fit import (
 from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
 from coevolve.agents.judge import RoleUsage
 from coevolve.agents.transcript import answer_json, payload_message, tool_schemas, turn_records
+from coevolve.llm.contract import Complete, ContextWindowExceeded, ModelUnavailable
 from coevolve.tasks.handbook import Handbook
 from coevolve.values import FailureLocus, Trajectory
 
 PROMPT = Path(__file__).resolve().parent / "prompts" / "expert_rewrite.md"
-Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
 
 
 def prefix_messages(traj: Trajectory, turn: int) -> list[dict[str, Any]]:

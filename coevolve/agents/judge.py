@@ -25,7 +25,6 @@ from typing import Any
 
 from jsonschema import Draft7Validator
 
-from coevolve.agents.executor import Completion, ContextWindowExceeded, ModelUnavailable
 from coevolve.agents.fit import CUT_NOTE, Budget, BudgetLookup, Stage, budget_for, fit, judge_stages
 from coevolve.agents.transcript import (
     answer_json,
@@ -35,10 +34,10 @@ from coevolve.agents.transcript import (
     tool_schemas,
     turn_records,
 )
+from coevolve.llm.contract import Complete, Completion, ContextWindowExceeded, ModelUnavailable
 from coevolve.values import FAILURE_CATEGORIES, FailureLabel, FailureLocus, Trajectory
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
-Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
 UNKNOWN = "unknown"
 MAX_CUT_LINES = 1000
 

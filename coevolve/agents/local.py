@@ -12,9 +12,10 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from coevolve.agents.correction import Services
-from coevolve.agents.executor import Executor, ModelClient, Resume
+from coevolve.agents.executor import Executor, Resume
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge, RoleUsage
+from coevolve.llm.contract import ModelClient
 from coevolve.values import FailureLocus, Harness, TaskInstance, Trajectory
 
 T = TypeVar("T")

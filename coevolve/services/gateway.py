@@ -57,15 +57,15 @@ from typing import Any
 
 import structlog
 
-from coevolve.agents.executor import (
+from coevolve.agents.fit import Budget
+from coevolve.llm import constrained as cs
+from coevolve.llm.contract import (
     Completion,
     ContextWindowExceeded,
     DecodingUnsupported,
     ModelUnavailable,
     RetryPolicy,
 )
-from coevolve.agents.fit import Budget
-from coevolve.llm import constrained as cs
 from coevolve.llm.faults import ATTEMPT_HEADER
 from coevolve.services.providers import SYNTHETIC_PROVIDER, litellm_lib
 from coevolve.services.secrets import redact
@@ -201,7 +201,7 @@ def infra_kind(e: BaseException) -> str | None:
 
 
 class Gateway:
-    """Implements `coevolve.agents.executor.ModelClient`; retries infra failures (module docstring)."""
+    """Implements `coevolve.llm.contract.ModelClient`; retries infra failures (module docstring)."""
 
     def __init__(
         self,

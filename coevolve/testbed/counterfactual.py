@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from coevolve.agents.executor import Executor, ModelClient
+from coevolve.agents.executor import Executor
+from coevolve.llm.contract import ModelClient
 from coevolve.values import Harness, Trajectory
 
 COUNTERFACTUAL_KEYS = ("deviations", "decisive_turn", "counterfactual_error")

@@ -16,14 +16,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from coevolve.agents.executor import Completion, ContextWindowExceeded, ModelUnavailable
 from coevolve.agents.fit import (
     CUT_NOTE,
     TOOL_SHARE,
@@ -36,6 +34,7 @@ from coevolve.agents.fit import (
 )
 from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
 from coevolve.edits import EditError, apply_edit, edit_from_json
+from coevolve.llm.contract import Complete, Completion, ContextWindowExceeded, ModelUnavailable
 from coevolve.tasks.handbook import Handbook
 from coevolve.values import Harness, HarnessEdit
 
@@ -45,7 +44,6 @@ HANDBOOK_NOTE = (
     "read_handbook before you answer; domain rules the agent needs are often written there."
 )
 EVIDENCE_FENCE = "```json"
-Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Completion]
 log = structlog.get_logger(role="proposer")
 
 
