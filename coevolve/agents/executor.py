@@ -45,7 +45,6 @@ import asyncio
 import contextvars
 import functools
 import json
-import os
 import random
 import threading
 import time
@@ -66,6 +65,7 @@ from coevolve.llm.contract import (
     ModelUnavailable,
     RetryPolicy,
 )
+from coevolve.settings import environment, variable
 from coevolve.tasks import get_family
 from coevolve.values import (
     DecodingPolicy,
@@ -79,7 +79,7 @@ from coevolve.values import (
 
 T = TypeVar("T")
 TASK_ID_LINE = "(Task id: {id})"
-TOOL_THREADS_ENV = "COEVOLVE_TOOL_THREADS"
+TOOL_THREADS_ENV = variable("tool_threads")
 DEFAULT_TOOL_THREADS = 32
 NO_TOOL_NUDGE = "No tool was called. Use the tools to make progress, and call finish when the task is done."
 
@@ -124,7 +124,7 @@ def same_calls(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def resolve_tool_threads(explicit: int | None = None) -> int:
     """Threads for blocking tools: `explicit`, else $COEVOLVE_TOOL_THREADS, else 32; 0 = run inline."""
     if explicit is None:
-        raw = os.environ.get(TOOL_THREADS_ENV, "")
+        raw = environment().tool_threads
         try:
             explicit = int(raw) if raw else DEFAULT_TOOL_THREADS
         except ValueError:

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coevolve.settings import environment, variable
+
 KINDS = ("latency", "timeout", "429", "5xx", "malformed", "truncated", "reset")
-FAULTS_ENV = "COEVOLVE_FAULTS"
-FAULT_LOG_ENV = "COEVOLVE_FAULT_LOG"
+FAULTS_ENV = variable("faults")
+FAULT_LOG_ENV = variable("fault_log")
 ATTEMPT_HEADER = "X-Coevolve-Attempt"
 
 
@@ -117,7 +119,7 @@ _cached: tuple[str, FaultSpec | None] | None = None
 def spec_from_env() -> FaultSpec | None:
     """The spec in $COEVOLVE_FAULTS (None when unset or empty); parsed once per value."""
     global _cached
-    text = os.environ.get(FAULTS_ENV, "").strip()
+    text = environment().faults.strip()
     if _cached is None or _cached[0] != text:
         _cached = (text, FaultSpec.parse(text) if text else None)
     return _cached[1]
@@ -166,7 +168,7 @@ def truncate_body(body: bytes) -> bytes:
 
 def record(kind: str, key: str, attempt: int, where: str) -> None:
     """Append one injected fault to the fault log, if one is configured (no content, only a digest)."""
-    folder = os.environ.get(FAULT_LOG_ENV)
+    folder = environment().fault_log
     if not folder:
         return
     line = json.dumps({"kind": kind, "attempt": attempt, "request": key[:16], "where": where, "t": round(time.time(), 3)})

@@ -26,7 +26,6 @@ life; one that could not reach a server is not kept (the next call asks again).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import urllib.error
 import urllib.request
@@ -35,10 +34,11 @@ from typing import Any
 import structlog
 
 from coevolve.agents.fit import DEFAULT_WINDOW, Budget, reply_tokens, synthetic_count
+from coevolve.settings import environment, variable
 from coevolve.values import ModelRef
 
-WINDOWS_ENV = "COEVOLVE_CONTEXT_WINDOWS"
-TOKENIZERS_ENV = "COEVOLVE_TOKENIZERS"
+WINDOWS_ENV = variable("context_windows")
+TOKENIZERS_ENV = variable("tokenizers")
 HTTP_TIMEOUT_S = 5.0
 TEXT_MARGIN_PER_MESSAGE = 4  # tokens, for a template other than ChatML (text-only /tokenize)
 log = structlog.get_logger(role="context-windows")
@@ -48,7 +48,7 @@ _lock = threading.Lock()
 
 
 def _pairs(env: str) -> dict[str, str]:
-    text = os.environ.get(env, "").strip()
+    text = getattr(environment(), env.removeprefix("COEVOLVE_").lower()).strip()
     out: dict[str, str] = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
         key, sep, value = item.rpartition("=")
@@ -73,7 +73,8 @@ def explicit_window(model: str) -> int | None:
 
 
 def lookup(model: str, role: str) -> Budget:
-    key = (model, role, os.environ.get(WINDOWS_ENV, ""), os.environ.get(TOKENIZERS_ENV, ""))
+    env = environment()
+    key = (model, role, env.context_windows, env.tokenizers)
     with _lock:
         hit = _cache.get(key)
     if hit is not None:

@@ -49,7 +49,6 @@ secret value redacted.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from dataclasses import replace
@@ -69,21 +68,22 @@ from coevolve.llm.contract import (
 from coevolve.llm.faults import ATTEMPT_HEADER
 from coevolve.services.providers import SYNTHETIC_PROVIDER, litellm_lib
 from coevolve.services.secrets import redact
+from coevolve.settings import environment, variable
 from coevolve.values import TOOL_CALL_MODES, DecodingPolicy, ModelRef
 
 log = structlog.get_logger(role="gateway")
 
-CONSTRAINED_ENV = "COEVOLVE_CONSTRAINED_MODELS"
+CONSTRAINED_ENV = variable("constrained_models")
 # Providers whose servers take a `response_format` json_schema: our synthetic models, the Ray Serve vLLM
 # app, and vLLM servers reached through litellm's hosted_vllm provider.
 CONSTRAINED_PROVIDERS = frozenset({"synthetic", "vllm", "hosted_vllm"})
-RETRY_ENV = "COEVOLVE_RETRY"
+RETRY_ENV = variable("retry")
 
 
 def retry_policy_from_env(default: RetryPolicy | None = None) -> RetryPolicy:
     """`COEVOLVE_RETRY="attempts=6,backoff_s=0.05,backoff_max_s=1,call_timeout_s=60"` over the default."""
     policy = default or RetryPolicy()
-    text = os.environ.get(RETRY_ENV, "").strip()
+    text = environment().retry.strip()
     if not text:
         return policy
     fields = {"attempts": int, "backoff_s": float, "backoff_max_s": float, "call_timeout_s": float}
@@ -111,7 +111,7 @@ def constrained_unsupported(model: str) -> str | None:
     route = f"{ref.provider}/{ref.model}"
     if ref.provider in CONSTRAINED_PROVIDERS:
         return None
-    declared = {x.strip() for x in os.environ.get(CONSTRAINED_ENV, "").split(",") if x.strip()}
+    declared = {x.strip() for x in environment().constrained_models.split(",") if x.strip()}
     if route in declared or f"{ref.provider}/*" in declared:
         return None
     if route not in _response_schema_support:

@@ -32,6 +32,8 @@ from typing import Any
 
 import structlog
 
+from coevolve.settings import environment, export
+
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 RAY_LOG_DIR = "/tmp/ray/session_latest/logs"  # Ray's default; `ray_log_dir()` asks the running Ray
 
@@ -56,12 +58,11 @@ class JsonLogFormatter(logging.Formatter):
 def configure_logging(json_lines: bool | None = None, level: str | None = None) -> None:
     """Configure structlog for this process. Settings pass to Ray workers through the environment."""
     global _json_handler
-    level = (level or os.environ.get("COEVOLVE_LOG_LEVEL") or "warning").lower()
+    env = environment()
+    level = (level or env.log_level or "warning").lower()
     if json_lines is None:
-        env = os.environ.get("COEVOLVE_LOG_JSON")
-        json_lines = env == "1" if env is not None else not sys.stderr.isatty()
-    os.environ["COEVOLVE_LOG_LEVEL"] = level
-    os.environ["COEVOLVE_LOG_JSON"] = "1" if json_lines else "0"
+        json_lines = env.log_json == "1" if env.log_json else not sys.stderr.isatty()
+    export(log_level=level, log_json="1" if json_lines else "0")
     renderer = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[

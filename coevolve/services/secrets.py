@@ -9,16 +9,18 @@ from pathlib import Path
 
 import structlog
 
+from coevolve.settings import environment, variable
+
 log = structlog.get_logger(role="gateway")
 
-SECRETS_FILE_ENV = "COEVOLVE_SECRETS_FILE"
+SECRETS_FILE_ENV = variable("secrets_file")
 _SECRET_NAME = re.compile(r"(?i)(api_?key|secret|token|password|credential|access_key)")
-_NOT_SECRET = {"COEVOLVE_SECRETS_FILE", "RAY_AUTH_TOKEN_PATH"}
+_NOT_SECRET = {SECRETS_FILE_ENV, "RAY_AUTH_TOKEN_PATH"}
 _loaded_secrets: set[str] = set()
 
 
 def secrets_file() -> Path:
-    return Path(os.environ.get(SECRETS_FILE_ENV) or Path.home() / ".config" / "coevolve" / "secrets.env").expanduser()
+    return Path(environment().secrets_file or Path.home() / ".config" / "coevolve" / "secrets.env").expanduser()
 
 
 def load_secrets(path: str | Path | None = None) -> list[str]:

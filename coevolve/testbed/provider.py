@@ -25,7 +25,6 @@ Decoding parameters are honoured as a server honours them:
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -37,6 +36,7 @@ from litellm.types.utils import ChatCompletionMessageToolCall, Choices, Function
 from coevolve.agents.context import approx_tokens
 from coevolve.llm import constrained as cs
 from coevolve.llm import faults as fx
+from coevolve.settings import environment
 from coevolve.testbed.policy import SyntheticReply
 from coevolve.testbed.respond import respond
 
@@ -45,7 +45,7 @@ _attempts = fx.AttemptCounter()
 
 def load_synthetic_adapter(adapter_id: str) -> dict[str, Any]:
     """A synthetic adapter is a JSON file written by the synthetic training backend."""
-    root = Path(os.environ.get("COEVOLVE_STORE", ".coevolve")) / "adapters"
+    root = Path(environment().store) / "adapters"
     path = root / adapter_id / "synthetic_adapter.json"
     try:
         return json.loads(path.read_text())
@@ -110,7 +110,7 @@ class SyntheticLLM(CustomLLM):
         )
         # Stamping the cost spares litellm its own response-cost calculation (the bulk of its CPU per call).
         resp._hidden_params["response_cost"] = reply.cost_usd
-        latency = float(os.environ.get("COEVOLVE_SYNTHETIC_LATENCY_MS", "0") or 0) / 1000
+        latency = float(environment().synthetic_latency_ms or 0) / 1000
         return resp, latency
 
     def completion(self, model: str, messages: list, *args: Any, optional_params: dict | None = None, **kw: Any):

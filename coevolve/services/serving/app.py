@@ -38,14 +38,13 @@ import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from coevolve.settings import environment, variable
 from coevolve.values import ModelRef
 
 log = structlog.get_logger(role="serving")
 
 STATE_FILE = "serve.json"
-DEFAULT_STORE = ".coevolve"
-SERVE_URL_ENV = "COEVOLVE_SERVE_URL"
-STORE_ENV = "COEVOLVE_STORE"
+SERVE_URL_ENV = variable("serve_url")
 
 # Serve's proxy must answer its readiness check within 5 s by default; on a small, busy CPU node (vLLM
 # start-up saturates it) that fails and Serve kills the proxy in a loop. These must be in the
@@ -279,7 +278,7 @@ def build_app(config: ServeConfig, adapters_dir: str | Path) -> Any:
 
 # ---------------------------------------------------------------------------- state and routing
 def default_store() -> Path:
-    return Path(os.environ.get(STORE_ENV, DEFAULT_STORE))
+    return Path(environment().store)
 
 
 def state_path(store: str | Path | None = None) -> Path:
@@ -299,7 +298,7 @@ _route_cache: dict[str, tuple[float, str]] = {}
 
 def serve_url(store: str | Path | None = None) -> str:
     """Base URL (`http://host:port`) of the running server: `$COEVOLVE_SERVE_URL`, else the state file."""
-    env = os.environ.get(SERVE_URL_ENV)
+    env = environment().serve_url
     if env:
         return env.rstrip("/").removesuffix("/v1")
     p = state_path(store)

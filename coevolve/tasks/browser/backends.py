@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
 
+from coevolve.settings import environment
 from coevolve.tasks.browser.app import WebApp
 from coevolve.tasks.browser.dom import Node, default_button, form_data, parse
 
@@ -221,7 +222,7 @@ SUBMIT_JS = """([formId, buttonId]) => {
 
 def chromium_executable() -> str | None:
     """The Chromium binary to drive: $COEVOLVE_CHROMIUM, else Debian's /usr/bin/chromium, else PATH."""
-    for cand in (os.environ.get("COEVOLVE_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+    for cand in (environment().chromium or None, "/usr/bin/chromium", shutil.which("chromium"),
                  shutil.which("chromium-browser")):
         if cand and os.path.exists(cand):
             return cand

@@ -50,6 +50,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from coevolve.settings import environment
 from coevolve.tasks.handbook import Handbook, HandbookSection, slug
 from coevolve.values import ToolSpec
 
@@ -294,8 +295,9 @@ def _one_line(text: str) -> str:
 def user_model() -> tuple[str | None, dict[str, Any]]:
     """The LLM user's model and litellm arguments from the environment (`COEVOLVE_TAU2_USER_MODEL`,
     `COEVOLVE_TAU2_USER_ARGS` as a JSON object); (None, {}) means the offline scripted user."""
-    model = (os.environ.get("COEVOLVE_TAU2_USER_MODEL") or "").strip() or None
-    raw = (os.environ.get("COEVOLVE_TAU2_USER_ARGS") or "").strip()
+    env = environment()
+    model = env.tau2_user_model.strip() or None
+    raw = env.tau2_user_args.strip()
     args: dict[str, Any] = {"temperature": 0.0}  # tau2's default for its user simulator
     if raw:
         try:
