@@ -21,7 +21,7 @@ PREFIX = "COEVOLVE_"
 
 
 class Environment(BaseModel):
-    """The `COEVOLVE_*` variables (field `x` is `COEVOLVE_X`)."""
+    """The `COEVOLVE_*` variables: field `store` is `COEVOLVE_STORE`, and so on."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
