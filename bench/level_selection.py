@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from coevolve.analysis.cells import read_cells, write_cell
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -65,15 +67,9 @@ def choose_level(rates: dict[tuple[str, str], float], levels: list[str], familie
     return {"level": None, "families": [], "qualifying": qualifying, "complete": True}
 
 
-def read_cells(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+def cells_by_key(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     """Finished cells from the JSON-lines file, by (model, level, family, harness)."""
-    cells: dict[tuple[str, str, str, str], dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                c = json.loads(line)
-                cells[c["model"], c["level"], c["family"], c["harness"]] = c
-    return cells
+    return {(c["model"], c["level"], c["family"], c["harness"]): c for c in read_cells(path)}
 
 
 def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int, in_flight: int) -> dict[str, Any]:
@@ -138,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not (1 <= a.n <= VAL_N) or a.workers < 1 or a.in_flight < 1:
         print(f"error: unknown level/family/harness {bad} or --n outside 1..{VAL_N} or --workers/--in-flight < 1", file=sys.stderr)
         return 2
-    cells = read_cells(a.out)
+    cells = cells_by_key(a.out)
     if not a.table:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         order = [(lv, kind, f) for lv in levels for kind in ("oracle", "baseline") if kind in kinds for f in families]
@@ -149,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             cell = run_cell(a.store, a.model, lv, f, kind, a.workers, a.n, a.in_flight)
             progress(f"[{i}/{len(todo)}] {f} {lv} {kind}: {100 * cell['pass_at_1']:.0f}% in {cell['seconds']:.0f}s")
             with a.out.open("a") as fh:
-                fh.write(json.dumps(cell, sort_keys=True) + "\n")
+                write_cell(fh, cell)
             cells[a.model, lv, f, kind] = cell
     # only cells of the rule's size decide (a pilot with --n < 50 decides nothing)
     rates = {(lv, f): c["pass_at_1"] for (m, lv, f, kind), c in cells.items()

@@ -74,6 +74,7 @@ from coevolve.agents.meta.acceptance import sign_test_p
 from coevolve.agents.meta.evidence import build_evidence, describe_failure
 from coevolve.agents.meta.loop import BudgetExhausted
 from coevolve.agents.meta.proposer import Proposal
+from coevolve.analysis.cells import read_cells, write_cell
 from coevolve.edits import edit_to_json, validate_harness
 from coevolve.values import (
     AddRecipe,
@@ -828,21 +829,19 @@ def main() -> None:
         done = {(c["family"], c["seed"]) for c in cells}
         configs = [c for c in configs if (c.family, c.seed) not in done]
     with cells_path.open("w") as fh:
-        fh.writelines(json.dumps(c) + "\n" for c in cells)
-        fh.flush()
+        for c in cells:
+            write_cell(fh, c)
         if args.jobs > 1 and len(configs) > 1:
             with ProcessPoolExecutor(args.jobs) as pool:
                 for cell in pool.map(compare, configs):
                     cells.append(cell)
-                    fh.write(json.dumps(cell) + "\n")
-                    fh.flush()
+                    write_cell(fh, cell)
                     _progress(cell, started)
         else:
             for cfg in configs:
                 cell = compare(cfg)
                 cells.append(cell)
-                fh.write(json.dumps(cell) + "\n")
-                fh.flush()
+                write_cell(fh, cell)
                 _progress(cell, started)
     rows = summarise(cells)
     figure = plot(cells, args.budget, out / "vs-gepa")
@@ -874,15 +873,10 @@ def finished_cells(path: Path, configs: list[Config]) -> list[dict[str, Any]]:
     exactly, in the order of `configs`; cells of other settings and a torn last line are dropped."""
     wanted = {(c.family, c.seed): dataclasses.asdict(c) for c in configs}
     found: dict[tuple[str, int], dict[str, Any]] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                cell = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            key = (cell.get("family"), cell.get("seed"))
-            if key in wanted and json.loads(json.dumps(wanted[key])) == cell.get("config"):
-                found[key] = cell
+    for cell in read_cells(path):
+        key = (cell.get("family"), cell.get("seed"))
+        if key in wanted and json.loads(json.dumps(wanted[key])) == cell.get("config"):
+            found[key] = cell
     return [found[k] for k in wanted if k in found]
 
 
