@@ -258,7 +258,7 @@ def test_ambiguous_prefix(store: HarnessStore):
 # ------------------------------------------------------------------------------------- runs
 def test_run_round_trip(store: HarnessStore):
     rid = store.create_run("eval", {"family": "iot", "n": 50, "models": ["synthetic/weak"]})
-    assert re.fullmatch(r"eval-\d{8}-\d{6}-[0-9a-f]{6}", rid), rid
+    assert re.fullmatch(r"eval-[0-9a-f]{12}", rid), rid  # random: nothing in a run id comes from the clock
     rec = store.get_run(rid)
     assert isinstance(rec, RunRecord)
     assert (rec.kind, rec.config, rec.status, rec.result, rec.finished) == (
