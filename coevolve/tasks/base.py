@@ -15,12 +15,15 @@ import json
 import random
 import re
 import sqlite3
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NamedTuple
+
+import yaml
 
 from coevolve.tasks.handbook import Handbook
 from coevolve.tasks.tools import Param, tool_spec
@@ -387,6 +390,110 @@ class Constraint(Rule):
     reversals: tuple[Concept, ...] = ()
 
 
+# ---------------------------------------------------------------- a family's rules as data
+RULES_FILE = "facts.yaml"  # beside a family's module: its domain facts and instruction constraints
+_NEGATIONS = ("not", "never", "don't", "doesn't", "won't", "shouldn't", "isn't", "aren't", "can't", "cannot")
+
+
+class RulesFileError(ValueError):
+    """A family's rules file is malformed; the message names the file and the place."""
+
+
+def negated_forms(*verbs: str) -> tuple[str, ...]:
+    """Negated forms of each verb ('not reorder', "don't reorder", ...), straight apostrophes, then curly."""
+    out = [f"{n} {v}" for v in verbs for n in _NEGATIONS]
+    return (*out, *(t.replace("'", "\u2019") for t in out if "'" in t))
+
+
+def load_rules(path: Path) -> tuple[tuple[DomainFact, ...], tuple[Constraint, ...]]:
+    """A family's domain facts and instruction constraints from its YAML file.
+
+    The file has `facts` and `constraints`, lists of rules: `id`, `statement`, `concept`, optional
+    `reversals` (a list of concepts) and, for a fact, optional `common` and `rare` flags. A concept is
+    `groups` (lists of synonym terms, see `Concept`) and optional `unless` terms. Within a term list an item
+    may also be a list of terms (spliced in: a named list of the optional `terms` section, through a YAML
+    alias `*name`) or `{negated: [verbs]}` (their `negated_forms`). A malformed file raises ValueError
+    naming the file and the place (`RulesFileError`)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        top = _fields(data, "the file", required=(), optional=("terms", "facts", "constraints"))
+        for name, terms in _mapping(top.get("terms", {}), "terms").items():
+            _terms(terms, f"terms.{name}")
+        facts = tuple(_rule(DomainFact, r, f"facts[{i}]") for i, r in enumerate(_items(top.get("facts", []), "facts")))
+        constraints = tuple(
+            _rule(Constraint, r, f"constraints[{i}]") for i, r in enumerate(_items(top.get("constraints", []), "constraints"))
+        )
+        ids = [r.id for r in (*facts, *constraints)]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise RulesFileError(f"rule ids {repeated} are given more than once")
+    except (OSError, yaml.YAMLError, RulesFileError) as e:
+        raise RulesFileError(f"malformed rules file {path}: {e}") from e
+    return facts, constraints
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RulesFileError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def _fields(value: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
+    """`value` as a mapping with every `required` key and no key outside `required` and `optional`."""
+    fields = _mapping(value, where)
+    problems = [f"missing {k!r}" for k in required if k not in fields]
+    problems += [f"unknown key {k!r}" for k in fields if k not in required + optional]
+    if problems:
+        raise RulesFileError(f"{where}: {', '.join(problems)}")
+    return fields
+
+
+def _items(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RulesFileError(f"{where}: expected a list, got {value!r}")
+    return value
+
+
+def _terms(value: Any, where: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for i, item in enumerate(_items(value, where)):
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, list):
+            out += _terms(item, f"{where}[{i}]")
+        elif isinstance(item, dict):
+            out += negated_forms(*_terms(_fields(item, f"{where}[{i}]", ("negated",), ())["negated"], f"{where}[{i}]"))
+        else:
+            raise RulesFileError(f"{where}[{i}]: a term must be a string, got {item!r}")
+    return tuple(out)
+
+
+def _concept(value: Any, where: str) -> Concept:
+    fields = _fields(value, where, required=("groups",), optional=("unless",))
+    groups = tuple(_terms(g, f"{where}.groups[{i}]") for i, g in enumerate(_items(fields["groups"], f"{where}.groups")))
+    try:
+        return Concept(groups, unless=_terms(fields.get("unless", []), f"{where}.unless"))
+    except ValueError as e:  # the concept's own check
+        raise RulesFileError(f"{where}: {e}") from None
+
+
+def _rule(kind: type[DomainFact | Constraint], value: Any, where: str) -> DomainFact | Constraint:
+    flags = ("common", "rare") if kind is DomainFact else ()
+    fields = _fields(value, where, required=("id", "statement", "concept"), optional=("reversals", *flags))
+    for key in ("id", "statement"):
+        if not isinstance(fields[key], str) or not fields[key].strip():
+            raise RulesFileError(f"{where}.{key}: expected a non-empty string, got {fields[key]!r}")
+    for flag in flags:
+        if not isinstance(fields.get(flag, False), bool):
+            raise RulesFileError(f"{where}.{flag}: expected true or false, got {fields[flag]!r}")
+    reversals = tuple(
+        _concept(r, f"{where}.reversals[{i}]") for i, r in enumerate(_items(fields.get("reversals", []), f"{where}.reversals"))
+    )
+    set_flags = {flag: fields[flag] for flag in flags if flag in fields}
+    return kind(fields["id"], fields["statement"], _concept(fields["concept"], f"{where}.concept"),
+                reversals=reversals, **set_flags)
+
+
 @dataclass(frozen=True)
 class Requirement:
     """One line of a checker's report, as a grader would write it: what was required, whether the
@@ -511,13 +618,30 @@ def _cached_world(family: TaskFamily, seed: int, params_json: str) -> Any:
     return family.build_world(seed, json.loads(params_json))
 
 
+@lru_cache(maxsize=8192)
+def _cached_plan(family: TaskFamily, seed: int, params_json: str, knowledge: Knowledge) -> tuple[PlanStep, ...]:
+    return tuple(family.planner(family.world(seed, json.loads(params_json)), knowledge))
+
+
+def _module_dir(cls: type) -> Path | None:
+    """The folder of the module that defines `cls` (None for a class defined outside a file)."""
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return Path(file).parent if file else None
+
+
 def instance_seed(family: str, split: str, index: int, params: dict[str, Any]) -> int:
     key = f"{family}|{split}|{index}|{json.dumps(params, sort_keys=True)}"
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
 
 
 class TaskFamily(ABC):
-    """One enterprise task family. Subclasses define the class attributes and the abstract methods."""
+    """One enterprise task family. Subclasses define the class attributes and the abstract methods.
+
+    A family of this project is a package whose modules make its parts (`world`, `env`, `plan`, `checker`);
+    its class declares them (`build_world`, `env_type`, `base_tools`, `helper_tools`, `planner`,
+    `checker`) and writes its `instruction`, and the methods here wire them. Its facts and constraints
+    are data, `facts.yaml` beside its module (`load_rules`), as its documentation is `handbook.md`. A family
+    that wraps an external benchmark (tau2) overrides the wiring methods instead."""
 
     name: str
     title: str
@@ -525,6 +649,23 @@ class TaskFamily(ABC):
     constraints: tuple[Constraint, ...] = ()
     split_sizes: ClassVar[dict[str, int]] = {"train": 60, "val": 50, "test": 50}
     default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
+    env_type: ClassVar[type[TaskEnv]]  # an instance's environment: env_type(instance, world)
+    base_tools: ClassVar[tuple[ToolSpec, ...]] = ()  # the baseline harness's tools
+    helper_tools: ClassVar[tuple[ToolSpec, ...]] = ()  # offered beside them (`optional_tools`)
+    # planner(world, knowledge): the plan's steps; checker(env, knowledge): the grade (static functions)
+    planner: ClassVar[Callable[[Any, Knowledge], list[PlanStep]]]
+    checker: ClassVar[Callable[[Any, Knowledge], Outcome]]
+    cached_plans: ClassVar[bool] = False  # memoise plans per (instance, knowledge): for costly planners
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A family with a rules file beside its module takes its facts and constraints from it."""
+        super().__init_subclass__(**kwargs)
+        folder = _module_dir(cls)
+        path = folder / RULES_FILE if folder else None
+        if path and path.is_file():
+            if "facts" in vars(cls) or "constraints" in vars(cls):
+                raise TypeError(f"{cls.__name__} declares facts or constraints in its class and in {path}: keep one")
+            cls.facts, cls.constraints = load_rules(path)
 
     # ---------------------------------------------------------------- generation
     def generate(self, split: str, n: int | None = None, seed: int = 0, **params: Any) -> list[TaskInstance]:
@@ -594,17 +735,29 @@ class TaskFamily(ABC):
     def instruction(self, world: Any, instance_id: str) -> str:
         """The task text the agent receives."""
 
-    @abstractmethod
-    def make_env(self, instance: TaskInstance) -> TaskEnv: ...
+    def make_env(self, instance: TaskInstance) -> TaskEnv:
+        return self.env_type(instance, self.world(instance.seed, instance.params))
 
-    @abstractmethod
-    def check(self, env: TaskEnv) -> Outcome: ...
+    def check(self, env: TaskEnv) -> Outcome:
+        """The grade of the env's final state, by the family's checker under full knowledge."""
+        assert isinstance(env, self.env_type)
+        return self.checker(env, self.full_knowledge())
 
-    @abstractmethod
-    def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]: ...
+    def plan(self, instance: TaskInstance, knowledge: Knowledge) -> list[PlanStep]:
+        """The family's planner on the instance's world; memoised with `cached_plans` (synthetic agents ask
+        for the plan every turn), each call getting its own copy of the steps' arguments."""
+        if not self.cached_plans:
+            return self.planner(self.world(instance.seed, instance.params), knowledge)
+        steps = _cached_plan(self, instance.seed, json.dumps(instance.params, sort_keys=True), knowledge)
+        return [replace(s, args=dict(s.args)) for s in steps]
 
-    @abstractmethod
-    def baseline_tools(self) -> tuple[ToolSpec, ...]: ...
+    def baseline_tools(self) -> tuple[ToolSpec, ...]:
+        return self.base_tools
+
+    def optional_tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools the environment offers beside the baseline's (domain computation over data the base
+        tools expose); an `add_tool` edit naming one adds it to a harness (`coevolve.tasks.helpers`)."""
+        return self.helper_tools
 
     # ---------------------------------------------------------------- shared
     def answer_key(self, instance: TaskInstance) -> dict[str, Any]:
@@ -614,9 +767,9 @@ class TaskFamily(ABC):
     @cached_property
     def handbook(self) -> Handbook:
         """The family's domain documentation (`handbook.md` beside the family's module)."""
-        import sys
-
-        return Handbook.load(Path(sys.modules[type(self).__module__].__file__).parent / "handbook.md")
+        folder = _module_dir(type(self))
+        assert folder is not None, f"{type(self).__name__} is not defined in a file"
+        return Handbook.load(folder / "handbook.md")
 
     def full_knowledge(self) -> Knowledge:
         return Knowledge(frozenset(f.id for f in self.facts), frozenset(c.id for c in self.constraints))
@@ -639,9 +792,13 @@ class TaskFamily(ABC):
     def reference_solve(self, instance: TaskInstance) -> tuple[Outcome, TaskEnv]:
         """Run the full-knowledge plan through the tools and check it."""
         env = self.make_env(instance)
+        return self.solve_in(instance, env), env
+
+    def solve_in(self, instance: TaskInstance, env: TaskEnv) -> Outcome:
+        """Run the full-knowledge plan in a given environment (e.g. a browser family's Chromium one) and check it."""
         impl = {t.name: t.impl for t in env.tool_specs()}
         for step in self.plan(instance, self.full_knowledge()):
             result = env.call(impl.get(step.tool, step.tool), dict(step.args))
             if result.error:
                 raise AssertionError(f"reference step {step.tool} failed on {instance.id}: {result.content}")
-        return self.check(env), env
+        return self.check(env)
