@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from coevolve import jobs
 from coevolve.agents.local import LocalEvaluator
 from coevolve.cli.app import app
+from coevolve.jobs import eval as eval_job
 from coevolve.store import store as store_mod
 from coevolve.store.store import HarnessStore, StoreError
 from tests.rollouts import _GATEWAY
@@ -65,12 +66,12 @@ def plan(root: Path):
 
 def eval_once(root: Path, store: HarnessStore, pool: InProcessPool):
     p = plan(root)
-    return jobs._eval_one(store, pool, p, "iot", p.harnesses["iot"], "synthetic/weak", progress=False)
+    return eval_job._eval_one(store, pool, p, "iot", p.harnesses["iot"], "synthetic/weak", progress=False)
 
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch):
-    monkeypatch.setattr(jobs, "EVAL_STORE_BATCH", BATCH)
+    monkeypatch.setattr(eval_job, "EVAL_STORE_BATCH", BATCH)
     FillsUp.room = None
     yield
     FillsUp.room = None
@@ -107,7 +108,7 @@ def test_a_store_that_fills_up_on_the_last_batch_keeps_the_earlier_ones_and_the_
 
 
 def test_the_command_says_in_one_error_line_how_many_rollouts_were_kept(tmp_path, monkeypatch):
-    monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
+    monkeypatch.setattr("coevolve.jobs.runtime.start_ray", lambda address: None)
     monkeypatch.setattr("coevolve.services.pools.rollouts.RolloutPool", lambda workers, **kw: InProcessPool())
     monkeypatch.setattr(store_mod, "HarnessStore", FillsUp)
     FillsUp.room = 20  # two batches of 8

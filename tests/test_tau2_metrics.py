@@ -153,6 +153,7 @@ def gold_but(silent: set[tuple[int, int]] = frozenset(), down: set[tuple[int, in
 
 def run_one(tmp_path: Path, choose: Any, *, split: str = "base", n: int = 2, repeats: int = 3, harness: Any = None) -> Any:
     from coevolve import jobs
+    from coevolve.jobs import eval as eval_job
     from coevolve.store.store import HarnessStore
 
     req = jobs.EvalRequest("tau2-retail", split, n, "baseline", (MODEL,), 1, 0, None, repeats=repeats)
@@ -162,7 +163,7 @@ def run_one(tmp_path: Path, choose: Any, *, split: str = "base", n: int = 2, rep
     store = HarnessStore(tmp_path / "store", create=True)
     h = plan.harnesses["tau2-retail"]
     store.put_harness(h, rationale="")
-    return jobs._eval_one(store, ScriptedPool(choose), plan, "tau2-retail", h, MODEL, progress=False), store
+    return eval_job._eval_one(store, ScriptedPool(choose), plan, "tau2-retail", h, MODEL, progress=False), store
 
 
 def test_base_split_eval_with_an_infra_failure_reports_pass_hat_k_to_the_cap(tmp_path: Path) -> None:
@@ -303,10 +304,9 @@ def test_success_is_tau2s_reward_within_1e6_of_one_and_answered_customer_stays_b
 
 # ------------------------------------------------------------------------------------ the command line
 def test_eval_split_base_on_the_command_line(tmp_path: Path, monkeypatch: Any) -> None:
-    from coevolve import jobs
     from coevolve.cli.app import app
 
-    monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
+    monkeypatch.setattr("coevolve.jobs.runtime.start_ray", lambda address: None)
     monkeypatch.setattr("coevolve.services.pools.rollouts.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
     args = ["eval", "--family", "tau2-retail", "--split", "base", "--n", 2, "--model", MODEL, "--workers", 1,
             "--store", tmp_path / "s", "--json"]
@@ -357,7 +357,7 @@ def test_evolves_held_out_test_and_transfer_rows_say_why_not_comparable(tmp_path
     assert out["tau2_note"].endswith(f"(data: {test['tau2']['evolved']['data_version']})")
     assert out["tau2_note"].count("the test split is not") == 1  # both arms' reasons, each once
 
-    monkeypatch.setattr(jobs, "_start_ray", lambda address: None)
+    monkeypatch.setattr("coevolve.jobs.runtime.start_ray", lambda address: None)
     monkeypatch.setattr("coevolve.services.pools.rollouts.RolloutPool", lambda workers, **kw: ScriptedPool(gold_but()))
     rows = jobs.run_transfer(tmp_path / "s", ["tau2-retail"], h.id, [MODEL], "test", 2, 0, None, 1, progress=False)
     note = rows[0]["tau2_note"]
