@@ -16,7 +16,8 @@ import structlog
 from coevolve.agents.correction import ARMS, BuildConfig, DatasetBuilder
 from coevolve.analysis.stats import paired_difference, pass_rate
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
-from coevolve.jobs import use_store, validate_model
+from coevolve.jobs.runtime import use_store
+from coevolve.jobs.validate import resumed_run, validate_model
 
 log = structlog.get_logger(role="adapt")
 Progress = Callable[[dict[str, Any]], None]
@@ -77,9 +78,7 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
     cfg = req.config
     harness = validate_build(req, store_path)
     if resume:
-        run = store.get_run(resume)
-        if run.kind != "data":
-            raise ValueError(f"run {resume!r} is a {run.kind} run, not a data build")
+        run = resumed_run(store, resume, "data", "a data build")
         if run.status == "done" and run.result.get("id"):
             return run.result  # finished before: its dataset, not a second build
         run_id = resume
