@@ -31,7 +31,7 @@ def main() -> None:
     from coevolve.agents.correction import BuildConfig, DatasetBuilder
     from coevolve.agents.expert import ExpertRewriter
     from coevolve.agents.judge import Judge
-    from coevolve.agents.local import LocalEvaluator, local_services
+    from coevolve.agents.local import LocalBackend, LocalEvaluator
     from coevolve.analysis.summary import TESTBED_NOTICE
     from coevolve.services.gateway import Gateway
     from coevolve.services.logs import configure_logging
@@ -48,14 +48,14 @@ def main() -> None:
     for name in args.families.split(","):
         family = get_family(name)
         harness = family.baseline_harness()
-        services = local_services(evaluator, Judge("synthetic/judge", complete, windows=gateway.budget),
-                                  ExpertRewriter("synthetic/expert", complete, family.handbook, windows=gateway.budget))
+        backend = LocalBackend(evaluator, Judge("synthetic/judge", complete, windows=gateway.budget),
+                               ExpertRewriter("synthetic/expert", complete, family.handbook, windows=gateway.budget))
         student = None
         row = {"family": name}
         for arm in ("correction", "imitation"):
             cfg = BuildConfig(arm, name, "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=args.rows,
                               samples=args.samples)
-            builder = DatasetBuilder(cfg, harness, family.generate("train"), services)
+            builder = DatasetBuilder(cfg, harness, family.generate("train"), backend)
             student = student or builder.sample(cfg.model)
             expert_runs = builder.sample(cfg.expert) if arm == "imitation" else []
             rows, stats = builder.build(student, expert_runs)

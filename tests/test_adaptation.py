@@ -12,7 +12,7 @@ from coevolve.agents.correction import BuildConfig, DatasetBuilder
 from coevolve.agents.executor import assistant_positions
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge
-from coevolve.agents.local import LocalEvaluator, local_services
+from coevolve.agents.local import LocalBackend, LocalEvaluator
 from coevolve.llm.contract import Completion
 from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
@@ -99,7 +99,7 @@ def built():
     out = {}
     for arm in ("correction", "imitation"):
         cfg = BuildConfig(arm, "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=60, samples=3)
-        builder = DatasetBuilder(cfg, H, FAM.generate("train"), local_services(evaluator, judge, expert))
+        builder = DatasetBuilder(cfg, H, FAM.generate("train"), LocalBackend(evaluator, judge, expert))
         student = builder.sample(cfg.model)
         experts = builder.sample(cfg.expert) if arm == "imitation" else []
         out[arm] = (builder.build(student, experts), student, evaluator)
@@ -207,13 +207,13 @@ def test_a_build_resumed_from_its_journal_gives_the_same_rows_in_the_same_order(
     cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=24, samples=3,
                       concurrency=2)
     journal: dict[str, dict | None] = {}
-    through = DatasetBuilder(cfg, H, FAM.generate("train"), local_services(evaluator, judge, expert),
+    through = DatasetBuilder(cfg, H, FAM.generate("train"), LocalBackend(evaluator, judge, expert),
                              journal=lambda kind, p: journal.setdefault(p["trajectory"], p["row"]))
     expected, _ = through.build(student)
     # a crash mid-build leaves some failures handled, not necessarily a prefix (they run concurrently)
     done = {tid: row for i, (tid, row) in enumerate(journal.items()) if i % 3 != 1}
     redone: list[str] = []
-    resumed = DatasetBuilder(cfg, H, FAM.generate("train"), local_services(evaluator, judge, expert),
+    resumed = DatasetBuilder(cfg, H, FAM.generate("train"), LocalBackend(evaluator, judge, expert),
                              journal=lambda kind, p: redone.append(p["trajectory"]), done=done)
     rows, _ = resumed.build(student)
     assert len(done) < len(journal) and not set(redone) & set(done)  # finished work is not redone
@@ -227,16 +227,17 @@ def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tm
 
     import ray
 
-    from coevolve.services.pools.roles import RolePool, ray_services
+    from coevolve.services.pools.backend import RayBackend
+    from coevolve.services.pools.roles import RolePool
     from coevolve.services.pools.rollouts import RolloutPool
 
     cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=12, samples=1,
                       concurrency=4)
     pool = RolloutPool(2)
-    judges, experts = RolePool("judge", cfg.judge, 2), RolePool("expert", cfg.expert, 2, family="iot")
+    judges, experts = RolePool("judge", cfg.judge, 2), RolePool("expert", cfg.expert, 2)
     try:
-        services = ray_services(pool, judges, experts)
-        calm = DatasetBuilder(cfg, H, FAM.generate("train"), services)
+        backend = RayBackend(pool, judges, experts)
+        calm = DatasetBuilder(cfg, H, FAM.generate("train"), backend)
         student = calm.sample(cfg.model)
         expected, _ = calm.build(student)
 
@@ -250,7 +251,7 @@ def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tm
                 ray.kill(judges.actors[0], no_restart=True)
                 ray.kill(experts.actors[1], no_restart=True)
 
-        stormy = DatasetBuilder(cfg, H, FAM.generate("train"), services, journal=kill_once)
+        stormy = DatasetBuilder(cfg, H, FAM.generate("train"), backend, journal=kill_once)
         rows, _ = stormy.build(student)
     finally:
         for p in (pool, judges, experts):

@@ -148,10 +148,10 @@ class InProcessPool:
 class InProcessRoles:
     """`coevolve.services.pools.roles.RolePool` without Ray: one `RoleWorker` (the plain class the pool's actors run)."""
 
-    def __init__(self, role: str, model: str, workers: int = 2, *, family: str | None = None, **_: object) -> None:
+    def __init__(self, role: str, model: str, workers: int = 2, **_: object) -> None:
         from coevolve.services.pools.roles import RoleWorker
 
-        self.worker = RoleWorker(role, model, family)
+        self.worker = RoleWorker(role, model)
 
     def call(self, method: str, *args):
         return getattr(self.worker, method)(*args)

@@ -478,7 +478,8 @@ def test_bad_train_configs_overrides_and_rows_are_one_error(tmp_path):
 def test_pool_actors_the_cluster_cannot_place_fail_with_what_was_asked(ray_session):
     import ray
 
-    from coevolve.services.pools.rollouts import ActorsNotReady, RolloutPool
+    from coevolve.services.pools.base import ActorsNotReady
+    from coevolve.services.pools.rollouts import RolloutPool
 
     free = ray.available_resources().get("CPU", 0)
     with pytest.raises(ActorsNotReady, match=r"asked for 3 x 1 CPU = 3 CPUs; the cluster has 2 CPUs"):

@@ -73,8 +73,9 @@ def test_executors_spread_roles_placed_and_a_node_loss_loses_no_rollout(tmp_path
 def test_placement_options_are_checked_before_any_actor_starts():
     import pytest
 
+    from coevolve.services.pools.base import avoiding
     from coevolve.services.pools.roles import RolePool
-    from coevolve.services.pools.rollouts import RolloutPool, avoiding
+    from coevolve.services.pools.rollouts import RolloutPool
 
     with pytest.raises(ValueError, match="scheduling"):
         RolloutPool(1, scheduling="PACK")
@@ -184,7 +185,7 @@ def scenario(out: Path) -> None:
                 env={"COEVOLVE_SYNTHETIC_LATENCY_MS": str(LATENCY_MS)}, **ready,
             )
             judges_f = ex.submit(RolePool, "judge", "synthetic/judge", 1, resources={"roles": 1}, **ready)
-            experts_f = ex.submit(RolePool, "expert", "synthetic/expert", 1, family=FAMILY, resources={"roles": 1}, **ready)
+            experts_f = ex.submit(RolePool, "expert", "synthetic/expert", 1, resources={"roles": 1}, **ready)
             pool, judges, experts = pool_f.result(), judges_f.result(), experts_f.result()
         timings["actors_s"] = round(time.monotonic() - t0, 1)
         executor_at = [_node_of(a) for a in pool.actors]

@@ -439,15 +439,16 @@ def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what
     from coevolve.agents.correction import BuildConfig, DatasetBuilder
     from coevolve.agents.expert import ExpertRewriter
     from coevolve.agents.judge import Judge
-    from coevolve.agents.local import local_services
+    from coevolve.agents.local import LocalBackend
     from coevolve.tasks import get_family
     from tests.rollouts import InProcessEvaluator
 
     fam = get_family("payroll")
     cfg = BuildConfig(arm="correction", family="payroll", model="synthetic/weak", expert="windowed/expert",
                       judge="windowed/judge", rows=4, samples=1, k=2, concurrency=2)
-    services = local_services(InProcessEvaluator(), Judge(cfg.judge, _complete, windows=Gateway.budget), ExpertRewriter(cfg.expert, _complete, fam.handbook, windows=Gateway.budget))
-    builder = DatasetBuilder(cfg, fam.baseline_harness(), fam.generate("train", 12), services)
+    backend = LocalBackend(InProcessEvaluator(), Judge(cfg.judge, _complete, windows=Gateway.budget),
+                           ExpertRewriter(cfg.expert, _complete, fam.handbook, windows=Gateway.budget))
+    builder = DatasetBuilder(cfg, fam.baseline_harness(), fam.generate("train", 12), backend)
     rows, stats = builder.build(builder.sample(cfg.model))
     corrected = [r for r in rows if r.provenance["kind"] == "corrected"]
     assert corrected and all(r.provenance.get("context_cuts", {}).get("judge") for r in corrected)

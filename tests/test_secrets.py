@@ -81,7 +81,7 @@ def test_a_key_in_an_error_message_leaves_the_gateway_redacted(secrets):
 def test_worker_env_carries_no_key_and_actors_get_keys_from_the_secrets_file(secrets, ray_session):
     import ray
 
-    from coevolve.services.pools.rollouts import worker_env
+    from coevolve.services.pools.base import worker_env
 
     env = worker_env()
     assert env["COEVOLVE_SECRETS_FILE"] == str(secrets) and not _hits(json.dumps(env))

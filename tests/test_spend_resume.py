@@ -12,10 +12,11 @@ import pytest
 
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge
-from coevolve.agents.local import LocalEvaluator, local_services
+from coevolve.agents.local import LocalBackend, LocalEvaluator
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings, Services
+from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings
 from coevolve.services.gateway import Gateway
+from coevolve.services.pools.backend import StoreTrainer
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from tests.rollouts import _GATEWAY, proposer_complete
@@ -53,26 +54,13 @@ class Counted(LocalEvaluator):
         return len(self.store.trajectory_batches(runs[0].run_id)) - checkpoints[-1].payload["batches"]
 
 
-def services(store: HarnessStore, evaluator: LocalEvaluator) -> Services:
-    from coevolve.jobs.adapt import train_on
-    from coevolve.store.datasets import write_dataset
-
-    judge = Judge("synthetic/judge", proposer_complete, windows=Gateway.budget)
-
-    def build(family: str):
-        return local_services(evaluator, judge, ExpertRewriter("synthetic/expert", proposer_complete, get_family(family).handbook, windows=Gateway.budget))
-
-    def train(dataset: str, adapter_id: str) -> dict:
-        if any(a.id == adapter_id for a in store.list_adapters()):
-            return {"reused": True}
-        return {"metrics": train_on(store.root, dataset, "synthetic/weak", "synthetic", adapter_id, {}).metrics}
-
-    return Services(
-        evaluate=evaluator.evaluate,
-        proposer=lambda family: LLMProposer("synthetic/meta", proposer_complete, get_family(family).handbook, windows=Gateway.budget),
-        build_services=build,
-        write_dataset=lambda rows, manifest: write_dataset(store.root, rows, manifest).id,
-        train=train,
+def backend(store: HarnessStore, evaluator: LocalEvaluator) -> LocalBackend:
+    return LocalBackend(
+        evaluator,
+        Judge("synthetic/judge", proposer_complete, windows=Gateway.budget),
+        ExpertRewriter("synthetic/expert", proposer_complete, windows=Gateway.budget),
+        proposer=LLMProposer("synthetic/meta", proposer_complete, windows=Gateway.budget),
+        trainer=StoreTrainer(store, "synthetic/weak", "synthetic"),
     )
 
 
@@ -80,7 +68,7 @@ def co_run(root: Path, evaluator_for, run_id: str | None = None):
     store = HarnessStore(root)
     rid = run_id or store.create_run("coevolve", {"test": True})
     evaluator = evaluator_for(store)
-    return CoEvolution(CycleSettings(**SETTINGS), store, rid, services(store, evaluator)), store, rid, evaluator
+    return CoEvolution(CycleSettings(**SETTINGS), store, rid, backend(store, evaluator)), store, rid, evaluator
 
 
 def timeless(families: dict) -> dict:

@@ -1,6 +1,6 @@
 """Training data for the two weight-adaptation arms (DESIGN §1.3), as pure logic: rollouts, the judge,
-the expert and replays come in as callables, so the same code runs in-process (tests) and on Ray
-actor pools (`coevolve/services/pools/roles.py`).
+the expert and replays come from a `coevolve.agents.backend.Backend`, so the same code runs in-process
+(tests) and on Ray actor pools (`coevolve/services/pools/`).
 
 - **correction** (the method): the weak model's own rollouts under a harness on the train split.
   For each failed one: the judge locates the failing turn (a rule-based first guess is its evidence and
@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from coevolve.agents.backend import Backend, Job
 from coevolve.agents.context import apply_policy
 from coevolve.agents.executor import openai_tool
 from coevolve.agents.expert import corrected_message, prefix_messages
@@ -81,22 +82,7 @@ class Usage:
         return {r: {k: round(v, 6) for k, v in d.items()} for r, d in self.roles.items()}
 
 
-# The services a build needs (each returns its result and the model usage it cost).
-Rollouts = Callable[[Sequence[tuple[TaskInstance, Harness, int]], str], list[Trajectory]]
-Locate = Callable[[Trajectory], tuple[FailureLocus, dict[str, Any]]]
-Rewrite = Callable[[Trajectory, FailureLocus, int], tuple[list[dict[str, Any]], dict[str, Any]]]
-Score = Callable[[Trajectory, FailureLocus, dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
-Replay = Callable[[Trajectory, Harness, int, dict[str, Any]], Trajectory]
 Journal = Callable[[str, dict[str, Any]], None]  # (kind, payload): every finished unit of work
-
-
-@dataclass
-class Services:
-    rollouts: Rollouts
-    locate: Locate | None = None
-    rewrite: Rewrite | None = None
-    score: Score | None = None
-    replay: Replay | None = None
 
 
 def tools_of(harness: Harness) -> list[dict[str, Any]]:
@@ -180,13 +166,13 @@ class DatasetBuilder:
     """Builds one arm's rows. `done` maps trajectory ids already handled (from the journal of an
     earlier, interrupted build) to their row (or None), so a resumed build redoes nothing."""
 
-    def __init__(self, cfg: BuildConfig, harness: Harness, train: Sequence[TaskInstance], services: Services,
+    def __init__(self, cfg: BuildConfig, harness: Harness, train: Sequence[TaskInstance], backend: Backend,
                  journal: Journal | None = None, done: dict[str, dict[str, Any] | None] | None = None,
                  on_progress: Callable[[dict[str, Any]], None] | None = None):
         self.cfg = cfg
         self.harness = harness
         self.train = list(train)
-        self.services = services
+        self.backend = backend
         self.journal = journal or (lambda kind, payload: None)
         self.done = dict(done or {})
         self.on_progress = on_progress
@@ -195,9 +181,12 @@ class DatasetBuilder:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ rollouts
+    def jobs(self) -> list[Job]:
+        """The rollouts a sample runs: every train instance at seeds seed..seed+samples-1."""
+        return [(inst, self.harness, self.cfg.seed + s) for s in range(self.cfg.samples) for inst in self.train]
+
     def sample(self, model: str) -> list[Trajectory]:
-        jobs = [(inst, self.harness, self.cfg.seed + s) for s in range(self.cfg.samples) for inst in self.train]
-        return self.services.rollouts(jobs, model)
+        return self.backend.evaluate(self.jobs(), model)
 
     def self_pass(self, student: Sequence[Trajectory]) -> list[TrainingRow]:
         """Passing rollouts of instances the student passes sometimes but not always."""
@@ -251,7 +240,7 @@ class DatasetBuilder:
         return self._dedup([r for r in rows if r.provenance.get("verified") or not self.cfg.require_verified])
 
     def _correct(self, traj: Trajectory) -> TrainingRow | None:
-        s = self.services
+        b = self.backend
         cuts: dict[str, list[str]] = {}
 
         def use(role: str, used: dict[str, Any]) -> None:
@@ -259,16 +248,16 @@ class DatasetBuilder:
             if used.get("cuts"):
                 cuts.setdefault(role, []).extend(used["cuts"])
 
-        locus, used = s.locate(traj)
+        locus, used = b.locate(traj)
         use("judge", used)
-        candidates, used = s.rewrite(traj, locus, self.cfg.k)
+        candidates, used = b.rewrite(traj, locus, self.cfg.k)
         use("expert", used)
         scored = []
         for c in candidates:
             if "error" in c:
                 scored.append({**c, "score": 0.0, "valid": False})
                 continue
-            verdict, used = s.score(traj, locus, c)
+            verdict, used = b.score(traj, locus, c)
             use("judge", used)
             scored.append({**c, **verdict})
         if cuts:
@@ -280,7 +269,7 @@ class DatasetBuilder:
                                         **({"context_cuts": cuts} if cuts else {})})
             return None
         best = max(valid, key=lambda c: c["score"])  # the first of equals
-        replay = s.replay(traj, self.harness, locus.turn_index, corrected_message(best, locus.turn_index)) if s.replay else None
+        replay = b.replay(traj, self.harness, locus.turn_index, corrected_message(best, locus.turn_index))
         row = correction_row(traj, self.harness, locus, best, scored, replay, cuts)
         self.journal("correction", {"trajectory": traj.id, "row": row.to_json()})
         return row

@@ -1,5 +1,5 @@
-"""Rollouts and roles in the calling process, without Ray: the meta-loop's `Evaluator` and a dataset
-build's `Services` for benches, tests and quick local runs. The same executor, judge and expert and
+"""Rollouts and roles in the calling process, without Ray: the meta-loop's `Evaluator` and the
+in-process `coevolve.agents.backend.Backend` for benches, tests and quick local runs. The same executor, judge and expert and
 the same litellm gateway as the Ray pools, with concurrency from one asyncio loop (one process, so one
 core). The loop lives in a background thread, so callers from several threads (a dataset build works
 on failures in parallel) share it safely."""
@@ -11,10 +11,11 @@ import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from coevolve.agents.correction import Services
+from coevolve.agents.backend import CycleRoles, Job, PerFamily, Trainer, Usage, missing
 from coevolve.agents.executor import Executor, Resume
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge, RoleUsage
+from coevolve.agents.meta.proposer import LLMProposer
 from coevolve.llm.contract import ModelClient
 from coevolve.values import FailureLocus, Harness, TaskInstance, Trajectory
 
@@ -75,25 +76,39 @@ class LocalEvaluator:
         )
 
 
-def local_services(evaluator: LocalEvaluator, judge: Judge | None = None, expert: ExpertRewriter | None = None) -> Services:
-    """A dataset build's services in this process; each call reports its own model usage."""
+class LocalBackend(CycleRoles):
+    """`Backend` in this process: rollouts and replays on `evaluator`, the roles as the objects given.
+    The expert and the proposer work on each family with that family's handbook (whatever handbook they
+    were made with); `trainer` trains the adapters."""
 
-    def locate(traj: Trajectory) -> tuple[FailureLocus, dict[str, Any]]:
+    def __init__(self, evaluator: LocalEvaluator, judge: Judge | None = None, expert: ExpertRewriter | None = None, *,
+                 proposer: LLMProposer | None = None, trainer: Trainer | None = None):
+        super().__init__(proposer, trainer)
+        self.evaluator = evaluator
+        self.judge = judge
+        self.experts = PerFamily(expert) if expert is not None else None
+
+    def evaluate(self, jobs: Sequence[Job], model: str) -> list[Trajectory]:
+        return self.evaluator.evaluate(jobs, model)
+
+    def replay(self, traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
+        return self.evaluator.replay(traj, harness, turn, forced)
+
+    def locate(self, traj: Trajectory) -> tuple[FailureLocus, Usage]:
         used = RoleUsage()
-        return judge.locate(traj, usage=used), used.as_json()
+        return self._judge().locate(traj, usage=used), used.as_json()
 
-    def rewrite(traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], Usage]:
+        if self.experts is None:
+            raise missing("expert")
         used = RoleUsage()
-        return expert.rewrite(traj, locus, k, seed=traj.seed, usage=used), used.as_json()
+        return self.experts(traj.instance.family).rewrite(traj, locus, k, seed=traj.seed, usage=used), used.as_json()
 
-    def score(traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], Usage]:
         used = RoleUsage()
-        return judge.score(traj, locus, candidate, usage=used), used.as_json()
+        return self._judge().score(traj, locus, candidate, usage=used), used.as_json()
 
-    return Services(
-        rollouts=evaluator.evaluate,
-        locate=locate if judge else None,
-        rewrite=rewrite if expert else None,
-        score=score if judge else None,
-        replay=evaluator.replay,
-    )
+    def _judge(self) -> Judge:
+        if self.judge is None:
+            raise missing("judge")
+        return self.judge

@@ -68,7 +68,8 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
     """Run a dataset build on the cluster; returns the dataset's manifest (with its id and path). Resuming
     a build that finished returns its dataset: a finished step is not redone."""
     from coevolve.cluster.runtime import start_ray
-    from coevolve.services.pools.roles import RolePool, ray_services
+    from coevolve.services.pools.backend import RayBackend
+    from coevolve.services.pools.roles import RolePool
     from coevolve.services.pools.rollouts import RolloutPool
     from coevolve.store.datasets import write_dataset
     from coevolve.store.store import HarnessStore
@@ -93,10 +94,9 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
     try:
         if cfg.arm == "correction":
             judges = RolePool("judge", cfg.judge, req.workers)
-            experts = RolePool("expert", cfg.expert, req.workers, family=cfg.family)
-        services = ray_services(pool, judges, experts)
+            experts = RolePool("expert", cfg.expert, req.workers)
         builder = DatasetBuilder(
-            cfg, harness, get_family(cfg.family).generate("train"), services,
+            cfg, harness, get_family(cfg.family).generate("train"), RayBackend(pool, judges, experts),
             journal=lambda kind, payload: store.append_event(run_id, kind, payload), done=done, on_progress=progress,
         )
         batches = {name for name, _, _ in store.trajectory_batches(run_id)}

@@ -181,7 +181,7 @@ class Experiment:
         evolved = self._cell(f"evolve:{name}", lambda: self._evolve(family))
         harnesses = {"baseline": family.baseline_harness(), "evolved": self.store.get_harness(evolved["harness_id"])}
         self.store.put_harness(harnesses["baseline"], rationale="family baseline")
-        experts = RolePool("expert", self.cfg.expert, self.cfg.workers, family=name)
+        experts = RolePool("expert", self.cfg.expert, self.cfg.workers)
         adapters: dict[tuple[str, str], str | None] = {}
         try:
             for label, h in harnesses.items():
@@ -224,14 +224,14 @@ class Experiment:
 
     def _build(self, family: Any, arm: str, harness: Any, experts: Any) -> dict[str, Any]:
         from coevolve.agents.correction import BuildConfig, DatasetBuilder
-        from coevolve.services.pools.roles import ray_services
+        from coevolve.services.pools.backend import RayBackend
         from coevolve.store.datasets import write_dataset
 
         cfg = self.cfg
         bc = BuildConfig(arm, family.name, cfg.weak, cfg.expert, cfg.judge, rows=cfg.data.rows,
                          samples=cfg.data.samples, k=cfg.data.k, seed=cfg.seed)
         train = family.generate("train", **cfg.params)
-        builder = DatasetBuilder(bc, harness, train, ray_services(self.pool, self.judges, experts))
+        builder = DatasetBuilder(bc, harness, train, RayBackend(self.pool, self.judges, experts))
         student = builder.sample(cfg.weak)
         expert_runs = builder.sample(cfg.expert) if arm == "imitation" else []
         rows, stats = builder.build(student, expert_runs)

@@ -123,52 +123,22 @@ class MetaAgent:
             lease.release()
 
     def _cycles(self, store: Any) -> dict[str, Any]:
-        from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings, Services
-        from coevolve.agents.meta.proposer import LLMProposer
-        from coevolve.jobs.adapt import train_on
-        from coevolve.services.gateway import Gateway
-        from coevolve.services.pools.roles import RolePool, ray_services
+        from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings
+        from coevolve.services.pools.backend import RayBackend, StoreTrainer
+        from coevolve.services.pools.roles import RolePool
         from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
-        from coevolve.store.datasets import write_dataset
-        from coevolve.tasks import get_family
 
         p = self.profile
-        self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus, resources=p.weak.resources or None,
-                                              max_in_flight=p.weak.in_flight)
-        self.pools["judge"] = RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus,
-                                       resources=p.judge.resources or None)
-        gateway = Gateway()
-        evaluate = self.meter.wrap(PoolEvaluator(self.pools["executor"]).evaluate)
-
-        def experts(family: str) -> Any:
-            key = "expert"
-            pool = self.pools.get(key)
-            if pool is None or getattr(pool, "_family", None) != family:
-                if pool is not None:
-                    pool.shutdown()
-                pool = RolePool("expert", p.expert.model, p.expert.workers, family=family, num_cpus=p.expert.num_cpus,
-                                resources=p.expert.resources or None)
-                pool._family = family
-                self.pools[key] = pool
-            return pool
-
-        def build_services(family: str) -> Any:
-            svc = ray_services(self.pools["executor"], self.pools["judge"], experts(family))
-            svc.rollouts = evaluate
-            return svc
-
-        def proposer(family: str) -> Any:
-            return LLMProposer(p.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
-                               get_family(family).handbook, windows=gateway.budget)
-
-        def train(dataset: str, adapter_id: str) -> dict[str, Any]:
-            if any(a.id == adapter_id for a in store.list_adapters()):
-                return {"reused": True}  # trained before a crash that came before its record
-            base = p.train.base or p.weak.model
-            ref = train_on(store.root, dataset, base, p.train.backend, adapter_id,
-                           {**p.train.config, **({"use_gpu": True} if p.train.use_gpu else {})})
-            return {"metrics": ref.metrics}
-
+        executor = self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus,
+                                                        resources=p.weak.resources or None, max_in_flight=p.weak.in_flight)
+        judges = self.pools["judge"] = RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus,
+                                                resources=p.judge.resources or None)
+        experts = self.pools["expert"] = RolePool("expert", p.expert.model, p.expert.workers, num_cpus=p.expert.num_cpus,
+                                                  resources=p.expert.resources or None)
+        trainer = StoreTrainer(store, p.train.base or p.weak.model, p.train.backend,
+                               {**p.train.config, **({"use_gpu": True} if p.train.use_gpu else {})})
+        backend = RayBackend(executor, judges, experts, proposer=p.proposer, trainer=trainer,
+                             evaluate=self.meter.wrap(PoolEvaluator(executor).evaluate))
         settings = CycleSettings(
             families=p.families, weak=p.weak.model, expert=p.expert.model, judge=p.judge.model, proposer=p.proposer,
             cycles=p.budget.cycles, plateau=p.budget.plateau, rollouts=p.budget.rollouts, usd=p.budget.usd,
@@ -176,9 +146,7 @@ class MetaAgent:
             val_n=p.evolve.val_n, val_seeds=p.evolve.val_seeds, train_batch=p.evolve.train_batch, rows=p.data.rows,
             samples=p.data.samples, k=p.data.k, repeats=p.repeats, alpha=p.alpha, seed=p.seed,
         )
-        services = Services(evaluate=evaluate, proposer=proposer, build_services=build_services,
-                            write_dataset=lambda rows, manifest: write_dataset(store.root, rows, manifest).id, train=train)
-        run = CoEvolution(settings, store, self.run_id, services,
+        run = CoEvolution(settings, store, self.run_id, backend,
                           stop_requested=lambda: bool(store.events(self.run_id, "stop")),
                           on_status=lambda s: self.state.update(s))
         return run.run()
@@ -186,7 +154,7 @@ class MetaAgent:
 
 def launch(profile: dict[str, Any], store_path: str, run_id: str) -> Any:
     """Start the detached meta-agent actor for a run (Ray must be initialised)."""
-    from coevolve.services.pools.rollouts import worker_env
+    from coevolve.services.pools.base import worker_env
 
     actor = ray.remote(MetaAgent).options(
         name=actor_name(run_id), namespace=NAMESPACE, lifetime="detached", max_concurrency=8, num_cpus=0,

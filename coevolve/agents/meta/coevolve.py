@@ -28,28 +28,18 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
+from coevolve.agents.backend import Backend
 from coevolve.agents.meta.acceptance import PairedResult, SignTest
+from coevolve.agents.meta.loop import Journal
 from coevolve.analysis.stats import paired_difference, pass_rate
 from coevolve.store.store import rollout_key
 from coevolve.values import Harness, TaskInstance, Trajectory
 
 log = structlog.get_logger(role="meta")
-
-
-class Journal(Protocol):
-    def append_event(self, run_id: str, kind: str, payload: dict[str, Any]) -> int: ...
-    def events(self, run_id: str, kind: str | None = None) -> list[Any]: ...
-    def get_harness(self, ref: str) -> Harness: ...
-    def put_harness(self, h: Harness, **kw: Any) -> str: ...
-    def put_trajectories(self, run_id: str, trajectories: Sequence[Trajectory], batch: str = "main") -> str: ...
-    def stored_rollouts(self, run_ids: Sequence[str], keys: Sequence[str]) -> dict[str, Trajectory]: ...
-    def rollout_spend(self, run_ids: Sequence[str]) -> tuple[int, float]: ...
-    def create_run(self, kind: str, config: dict[str, Any], run_id: str | None = None) -> str: ...
-    def finish_run(self, run_id: str, status: str, result: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -78,18 +68,6 @@ class CycleSettings:
 
 
 @dataclass
-class Services:
-    """What a cycle needs from the cluster (Ray pools, the gateway, the trainer, the store)."""
-
-    evaluate: Callable[[Sequence[tuple[TaskInstance, Harness, int]], str], list[Trajectory]]
-    proposer: Callable[[str], Any]  # family -> LLMProposer
-    build_services: Callable[[str], Any]  # family -> coevolve.agents.correction.Services
-    write_dataset: Callable[[list[Any], dict[str, Any]], str]  # rows, manifest -> dataset id
-    train: Callable[[str, str], dict[str, Any]]  # dataset id, adapter id -> adapter record
-    serve: Callable[[str], None] = lambda adapter_id: None  # make an adapter servable (vLLM loads lazily by id)
-
-
-@dataclass
 class Spend:
     rollouts: int = 0  # distinct rollouts the run (and its evolutions) stored, plus those in flight
     rollout_usd: float = 0.0
@@ -111,13 +89,13 @@ class Stopped(Exception):
 
 
 class CoEvolution:
-    def __init__(self, settings: CycleSettings, journal: Journal, run_id: str, services: Services,
+    def __init__(self, settings: CycleSettings, journal: Journal, run_id: str, backend: Backend,
                  stop_requested: Callable[[], bool] = lambda: False,
                  on_status: Callable[[dict[str, Any]], None] | None = None):
         self.s = settings
         self.journal = journal
         self.run_id = run_id
-        self.svc = services
+        self.backend = backend
         self.stop_requested = stop_requested
         self.on_status = on_status or (lambda d: None)
         self.done: dict[str, dict[str, Any]] = {e.payload["cell"]: e.payload for e in journal.events(run_id, "cell")}
@@ -154,7 +132,7 @@ class CoEvolution:
         have = self.journal.stored_rollouts([self.run_id], keys)
         todo = {k: job for k, job in zip(keys, jobs) if k not in have}
         if todo:
-            fresh = self.svc.evaluate(list(todo.values()), model)
+            fresh = self.backend.evaluate(list(todo.values()), model)
             self.journal.put_trajectories(self.run_id, fresh, batch=f"{label}-{secrets.token_hex(3)}")
             self.spend.rollouts += len(fresh)
             self.spend.rollout_usd += sum(t.cost_usd for t in fresh)
@@ -252,7 +230,7 @@ class CoEvolution:
         rid = started[-1]["run_id"] if started else self.journal.create_run("evolve", cfg.to_json())
         if not started:
             self.journal.append_event(self.run_id, "started", {"cell": key, "run_id": rid})
-        r = HarnessEvolution(cfg, _Counting(self), self.svc.proposer(family.name), self.journal, rid).run(resume=resume, start=start)
+        r = HarnessEvolution(cfg, _Counting(self), self.backend.proposer(family.name), self.journal, rid).run(resume=resume, start=start)
         self.journal.finish_run(rid, "done", {"harness_id": r.harness_id})
         # the evolution stored (and so journaled) its rollouts in its run; its dollars beyond them are the proposer's
         proposer_usd = round(max(0.0, r.spend.get("usd", 0.0) - self.journal.rollout_spend([rid])[1]), 6)
@@ -263,18 +241,18 @@ class CoEvolution:
 
     def _build(self, family: Any, harness: Harness, model: str) -> dict[str, Any]:
         from coevolve.agents.correction import BuildConfig, DatasetBuilder
+        from coevolve.store.datasets import write_dataset
 
         s = self.s
         cfg = BuildConfig("correction", family.name, model, s.expert, s.judge, rows=s.rows, samples=s.samples, k=s.k, seed=s.seed)
-        svc = self.svc.build_services(family.name)
-        svc.rollouts = lambda jobs, m: self._evaluate(jobs, m, f"data:{family.name}")
-        builder = DatasetBuilder(cfg, harness, family.generate("train"), svc)
-        new_rows, stats = builder.build(builder.sample(model))
+        builder = DatasetBuilder(cfg, harness, family.generate("train"), self.backend)
+        new_rows, stats = builder.build(self._evaluate(builder.jobs(), model, f"data:{family.name}"))
         rows = self._dedup(self._rows_so_far(family.name) + new_rows)
         if not rows:
             return {"dataset": None, "rows": 0, "new_rows": 0, "student_pass_rate": stats["student_pass_rate"], "usage": stats["usage"]}
-        dataset = self.svc.write_dataset(rows, {"arm": "correction", "config": cfg.to_json(), "harness_id": harness.id,
-                                                "run_id": self.run_id, **stats, "cumulative": True})
+        dataset = write_dataset(self.journal.root, rows, {"arm": "correction", "config": cfg.to_json(),
+                                                          "harness_id": harness.id, "run_id": self.run_id, **stats,
+                                                          "cumulative": True}).id
         return {"dataset": dataset, "rows": len(rows), "new_rows": len(new_rows), "by_kind": stats["by_kind"],
                 "verified_share": stats["verified_share"], "student_pass_rate": stats["student_pass_rate"],
                 "usage": stats["usage"]}
@@ -300,8 +278,7 @@ class CoEvolution:
         return out
 
     def _train(self, data: dict[str, Any], adapter_id: str) -> dict[str, Any]:
-        record = self.svc.train(data["dataset"], adapter_id)
-        self.svc.serve(adapter_id)
+        record = self.backend.train(data["dataset"], adapter_id)
         return {"adapter": adapter_id, **record}
 
     def _accept(self, family: Any, harness: Harness, current: str | None, candidate: str) -> dict[str, Any]:
@@ -348,7 +325,7 @@ class _Counting:
         self.owner = owner
 
     def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]:
-        out = self.owner.svc.evaluate(jobs, model)
+        out = self.owner.backend.evaluate(jobs, model)
         self.owner.spend.rollouts += len(out)
         self.owner.spend.rollout_usd += sum(t.cost_usd for t in out)
         return out

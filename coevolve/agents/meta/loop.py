@@ -62,6 +62,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -157,7 +158,11 @@ class Evaluator(Protocol):
 
 
 class Journal(Protocol):
-    """What the loop needs of the store (coevolve.store.store.HarnessStore provides it)."""
+    """What the meta-agent's loops read and write in the store (coevolve.store.store.HarnessStore provides
+    it): a harness evolution its events, harnesses and rollouts; a co-evolution also its evolutions' runs,
+    the spend of their stored rollouts and, under `root`, its datasets."""
+
+    root: Path
 
     def append_event(self, run_id: str, kind: str, payload: dict[str, Any]) -> int: ...
     def events(self, run_id: str, kind: str | None = None) -> list[Any]: ...
@@ -165,6 +170,9 @@ class Journal(Protocol):
     def get_harness(self, ref: str) -> Harness: ...
     def put_trajectories(self, run_id: str, trajectories: Sequence[Trajectory], batch: str = "main") -> str: ...
     def stored_rollouts(self, run_ids: Sequence[str], keys: Sequence[str]) -> dict[str, Trajectory]: ...
+    def rollout_spend(self, run_ids: Sequence[str]) -> tuple[int, float]: ...
+    def create_run(self, kind: str, config: dict[str, Any], run_id: str | None = None) -> str: ...
+    def finish_run(self, run_id: str, status: str, result: dict[str, Any]) -> None: ...
 
 
 @dataclass
