@@ -56,7 +56,7 @@ def main() -> None:
     configure_logging(json_lines=False, level="warning")
     from coevolve.cluster.runtime import start_ray
     from coevolve.services.serving.models import make_tiny
-    from coevolve.services.training import TrainConfig, run_peft_loop, train_adapter
+    from coevolve.services.training import TrainConfig, load_rows, run_peft_loop, train_adapter
     from coevolve.store.store import HarnessStore
     from tests.lifecycle_rows import multi_turn_row, target_rows
 
@@ -83,11 +83,7 @@ def main() -> None:
                 if folder:
                     shutil.copytree(folder, Path(ck) / f"epoch{metrics['epoch']}")
 
-            res = run_peft_loop(
-                {"base": str(base), "rows": rows, "config": cfg.model_dump()},
-                restore=lambda: None,
-                report=report,
-            )
+            res = run_peft_loop(str(base), load_rows(rows), cfg, restore=lambda: None, report=report)
         wall = time.perf_counter() - t0
         return res["tokens_run"] / res["train_s"], res["tokens_run"] / wall, res["step"]
 

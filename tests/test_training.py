@@ -49,7 +49,7 @@ def _loss_runs(enc) -> list[list[int]]:
 
 def _expected_turn_texts(tokenizer, row) -> list[str]:
     """What each trained assistant turn renders to: after the generation prompt, through <|im_end|>."""
-    from coevolve.services.training import _render, _template_messages
+    from coevolve.services.training.tokenise import _render, _template_messages
 
     msgs = _template_messages(row.messages)
     tools = list(row.tools)
@@ -65,7 +65,8 @@ def _expected_turn_texts(tokenizer, row) -> list[str]:
 
 @pytest.mark.parametrize("template", ["tiny", "smollm2"])
 def test_loss_mask_is_exactly_the_marked_assistant_turns(template, tiny_tokenizer):
-    from coevolve.services.training import _render, _template_messages, encode_row, load_rows
+    from coevolve.services.training import encode_row, load_rows
+    from coevolve.services.training.tokenise import _render, _template_messages
 
     tok = tiny_tokenizer if template == "tiny" else _smollm2_tokenizer()
     row = load_rows([multi_turn_row()])[0]
@@ -88,7 +89,8 @@ def test_loss_mask_is_exactly_the_marked_assistant_turns(template, tiny_tokenize
 
 def test_tool_call_turn_tokens_match_what_vllm_would_prompt(tiny_tokenizer):
     """The prompt part of an encoded row equals the tokenised generation prompt vLLM builds."""
-    from coevolve.services.training import _render, _template_messages, encode_row, load_rows
+    from coevolve.services.training import encode_row, load_rows
+    from coevolve.services.training.tokenise import _render, _template_messages
 
     row = load_rows([target_rows()[0]])[0]
     enc = encode_row(row, tiny_tokenizer)
@@ -116,6 +118,72 @@ def test_rows_file_errors_are_one_clear_line(tmp_path):
         load_rows(tmp_path / "missing.jsonl")
     a, b = load_rows(target_rows()), load_rows(list(reversed(target_rows())))
     assert dataset_hash(a) != dataset_hash(b) and dataset_hash(a) == dataset_hash(load_rows(target_rows()))
+
+
+# ------------------------------------------------------------------------- rows into the job, once
+class _JobStopped(Exception):
+    pass
+
+
+@pytest.fixture
+def job_config(monkeypatch):
+    """The config a Ray Train job is given, and the rows its workers would read from it; the job itself
+    never starts (its `fit()` stops at once)."""
+    seen: dict = {}
+
+    class Trainer:
+        def __init__(self, loop, *, train_loop_config, **_):
+            seen["config"] = train_loop_config
+
+        def fit(self):
+            from coevolve.services.training.rows import read_rows_file
+
+            seen["rows"] = read_rows_file(seen["config"]["rows_path"])
+            raise _JobStopped
+
+    monkeypatch.setattr("ray.train.torch.TorchTrainer", Trainer)
+    return seen
+
+
+def test_the_job_is_told_where_the_rows_are_and_its_workers_read_them_unchanged(tmp_path, store, tiny_model,
+                                                                                job_config):
+    from coevolve.services.training import TRAIN_RUNS_DIR, load_rows, train_adapter
+
+    rows = [multi_turn_row(), *target_rows()]
+    with pytest.raises(_JobStopped):
+        train_adapter(_write_rows(tmp_path / "rows.jsonl", rows), tiny_model, "copied", None, store)
+    config = job_config["config"]
+    assert set(config) == {"base", "rows_path", "config", "progress_path"}  # no rows inline
+    assert Path(config["rows_path"]) == (store.root / TRAIN_RUNS_DIR / "copied.rows.jsonl").resolve()
+    # the rows the workers read are the rows given, keys in their own order (the template renders tools so)
+    assert [json.dumps(r.to_json()) for r in job_config["rows"]] == [json.dumps(r) for r in rows]
+    assert job_config["rows"] == load_rows(rows)
+    assert not Path(config["rows_path"]).exists()  # the job's copy goes with the job
+
+
+def test_a_dataset_is_read_by_the_dataset_layer_and_the_job_reads_its_own_file(tmp_path, store, tiny_model,
+                                                                               job_config, monkeypatch):
+    """Rows from a dataset are neither validated nor hashed again: the dataset's hash is the adapter's,
+    and the job's workers read the dataset's rows.jsonl."""
+    from coevolve.services.training import dataset_hash, load_rows, train_adapter
+    from coevolve.services.training import job as training_job
+    from coevolve.store.datasets import write_dataset
+
+    rows = load_rows([multi_turn_row(), *target_rows()])
+    rec = write_dataset(store.root, rows, {"arm": "correction"})
+
+    def never(*_):
+        raise AssertionError("dataset rows validated or hashed again")
+
+    monkeypatch.setattr(training_job, "load_rows", never)
+    monkeypatch.setattr(training_job, "dataset_hash", never)
+    with pytest.raises(_JobStopped):
+        train_adapter(rec, tiny_model, "from-dataset", None, store)
+    assert Path(job_config["config"]["rows_path"]) == rec.jsonl.resolve()
+    assert job_config["rows"] == rows
+    ref = train_adapter(rec, "synthetic/weak", "syn-ds", None, store, backend="synthetic")
+    assert ref.dataset_hash == rec.manifest["sha256"] == dataset_hash(rows)
+    assert ref.metrics["rows"] == len(rows)
 
 
 # ------------------------------------------------------------------------- Ray Train, kill/resume
