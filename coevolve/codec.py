@@ -1,4 +1,4 @@
-"""The one msgpack codec for every value of `coevolve.values` (DESIGN §3): the value types register
+"""The one msgpack codec for every value of `coevolve.values` (docs/ARCHITECTURE.md §3): the value types register
 themselves (`register`, called once at the end of `coevolve.values`), so the codec imports nothing of
 the project and the values can hash themselves with it (`Harness.id`, `Trajectory.id`).
 

@@ -1,4 +1,4 @@
-"""Every value that crosses a process boundary (DESIGN §3), as frozen dataclasses.
+"""Every value that crosses a process boundary (docs/ARCHITECTURE.md §3), as frozen dataclasses.
 
 The store persists all of them, so they live here, beside the codec that encodes them
 (`coevolve.codec`). Mutable containers never appear in a value: sequences are tuples and
@@ -297,7 +297,7 @@ class Trajectory:
     error: str = "none"  # none / task / infra
     error_detail: str = ""
     cost_usd: float = 0.0
-    # The testbed's answer key (DESIGN §5): trap labels, what a synthetic model recorded per turn, and
+    # The testbed's answer key (docs/ARCHITECTURE.md §5): trap labels, what a synthetic model recorded per turn, and
     # for a failed synthetic rollout its deviations and decisive turn. Analysis code reads it; no role
     # (proposer, expert, judge) ever receives it — they get `public_view()`.
     ground_truth: dict[str, Any] = field(default_factory=dict)
@@ -347,7 +347,7 @@ class TrainingRow:
     provenance: dict[str, Any]  # {"kind": corrected/self-pass/expert-full, sources...}
 
     def to_json(self) -> dict[str, Any]:
-        """The JSONL form (DESIGN §3): {"messages", "tools", "provenance"}."""
+        """The JSONL form (docs/ARCHITECTURE.md §3): {"messages", "tools", "provenance"}."""
         return {"messages": list(self.messages), "tools": list(self.tools), "provenance": dict(self.provenance)}
 
     @classmethod

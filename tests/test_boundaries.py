@@ -1,4 +1,4 @@
-"""Information boundaries (DESIGN §5): no proposer ever receives the testbed's answer key.
+"""Information boundaries (docs/ARCHITECTURE.md §5): no proposer ever receives the testbed's answer key.
 
 The answer key is everything in `Trajectory.ground_truth` (recorded causes, decisive turns, trap
 labels) and the family's own catalogue (fact and constraint ids and statements). These tests capture

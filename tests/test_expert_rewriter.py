@@ -1,4 +1,4 @@
-"""The synthetic expert rewriter sees only its inputs (DESIGN §5): the payload, its own knowledge and
+"""The synthetic expert rewriter sees only its inputs (docs/ARCHITECTURE.md §5): the payload, its own knowledge and
 the handbook it reads through the handbook tools — never the fact list's wording, nor the instance's
 world, plan or traps outside the executor policy's documented simplification (computing a call's
 arguments for the state it sees)."""

@@ -1,4 +1,4 @@
-"""Training data for the two weight-adaptation arms (DESIGN §1.3), as pure logic: rollouts, the judge,
+"""Training data for the two weight-adaptation arms (docs/ARCHITECTURE.md §1.3), as pure logic: rollouts, the judge,
 the expert and replays come from a `coevolve.agents.backend.Backend`, so the same code runs in-process
 (tests) and on Ray actor pools (`coevolve/services/pools/`).
 
@@ -12,7 +12,7 @@ the expert and replays come from a `coevolve.agents.backend.Backend`, so the sam
 - **imitation** (the baseline): the expert's passing rollouts under the same harness on the train
   split, loss on every assistant turn, mixed with the student's own passing rollouts.
 
-Both arms write rows in the student's chat and tool-call format (DESIGN §3 `TrainingRow`), so they go
+Both arms write rows in the student's chat and tool-call format (docs/ARCHITECTURE.md §3 `TrainingRow`), so they go
 through the same training and evaluation path. Every row carries its provenance; where the judge's or
 the expert's prompt was cut to fit its model's context window (`coevolve.agents.fit`), the provenance's
 `context_cuts` says what was cut, and the build's usage counts the `fitted` and `failed_calls`.

@@ -1,4 +1,4 @@
-"""The expert rewriter (DESIGN §4): given a failed rollout of the weak model and its failure locus,
+"""The expert rewriter (docs/ARCHITECTURE.md §4): given a failed rollout of the weak model and its failure locus,
 rewrite only that turn — one sentence of corrected strategy plus one corrected tool call — as k
 candidates. A plain class: any model the gateway reaches (or `synthetic/expert`) plays the role.
 

@@ -1,6 +1,6 @@
 """The handbook as tools any role's model can call: `search_handbook` and `read_handbook`.
 
-Proposers and the expert rewriter reach a family's domain documentation only through these (DESIGN §5);
+Proposers and the expert rewriter reach a family's domain documentation only through these (docs/ARCHITECTURE.md §5);
 the executor's agent sees handbook text only when the harness includes it.
 """
 

@@ -1,4 +1,4 @@
-"""The judge (DESIGN §4): locates the failing turn of a rollout, scores candidate rewrites and (with
+"""The judge (docs/ARCHITECTURE.md §4): locates the failing turn of a rollout, scores candidate rewrites and (with
 issue 9's taxonomy) classifies failures. A plain class: any model the gateway reaches (or
 `synthetic/judge`) plays the role through `complete(model, messages, tools, seed) -> Completion`.
 

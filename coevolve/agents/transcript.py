@@ -1,4 +1,4 @@
-"""A trajectory as the expert and the judge may read it (DESIGN §5): the task, the tools, each turn's
+"""A trajectory as the expert and the judge may read it (docs/ARCHITECTURE.md §5): the task, the tools, each turn's
 assistant text, tool calls and observations, and the grader's report — built from
 `Trajectory.public_view()`, so the testbed's answer key never enters a role's prompt.
 

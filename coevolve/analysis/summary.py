@@ -12,10 +12,10 @@ TESTBED_NOTICE = (
     "synthetic/* models are the project's offline testbed: their results test the machinery and "
     "the method's mechanics, they are not evidence about real models"
 )
-# Beside the notice wherever a table shows synthetic imitation/correction arms (DESIGN §5): the rules of
+# Beside the notice wherever a table shows synthetic imitation/correction arms (docs/ARCHITECTURE.md §5): the rules of
 # `coevolve.testbed.policy.learn_adapter` decide those arms by construction.
 SYNTHETIC_ADAPTER_RULES = (
-    "synthetic adapters decide the imitation and correction arms by construction (DESIGN §5): facts stated "
+    "synthetic adapters decide the imitation and correction arms by construction (docs/ARCHITECTURE.md §5): facts stated "
     "in loss-bearing turns become known; the share of loss-bearing turns that batch several calls becomes "
     "the adapted model's batching rate, without raising planning capacity; well-formed loss-bearing tool "
     "calls lower the argument error rate"

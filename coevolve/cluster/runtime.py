@@ -1,4 +1,4 @@
-"""The only place that starts or attaches to Ray (DESIGN §2).
+"""The only place that starts or attaches to Ray (docs/ARCHITECTURE.md §2).
 
 Ray is closed by default (deploy/SECURITY.md):
 

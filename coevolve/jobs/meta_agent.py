@@ -1,4 +1,4 @@
-"""The meta-agent as one detached, named Ray actor (DESIGN §4): it runs a co-evolution run
+"""The meta-agent as one detached, named Ray actor (docs/ARCHITECTURE.md §4): it runs a co-evolution run
 (`coevolve.agents.meta.coevolve.CoEvolution`) with the executor pool, the judge and expert pools and the
 trainer, records everything in the store, and answers `status()` and `stop()` while it works.
 Closing the client that started it does not stop it; `coevolve run --resume RUN_ID` starts a new one

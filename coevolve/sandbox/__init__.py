@@ -1,4 +1,4 @@
-"""Sandboxed execution of model-written Python (DESIGN §6).
+"""Sandboxed execution of model-written Python (docs/ARCHITECTURE.md §6).
 
 Every run of code an agent wrote happens here: a fresh process per run, in a fresh directory, with
 nothing shared between runs. The API is three calls:

@@ -1,5 +1,5 @@
 """Training datasets in the store: `<store>/datasets/<id>/` with `rows.jsonl` (one `TrainingRow` per
-line, DESIGN §3), `rows.parquet` and `manifest.json`. The id is content-addressed (`ds-` + the first
+line, docs/ARCHITECTURE.md §3), `rows.parquet` and `manifest.json`. The id is content-addressed (`ds-` + the first
 16 hex digits of the JSONL's sha256), so the same rows are one dataset however often they are built.
 
 Both files load unchanged with Hugging Face `datasets` (`load_dataset("json"|"parquet", ...)`). In

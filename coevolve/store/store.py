@@ -1,4 +1,4 @@
-"""The persistent, content-addressed harness store (DESIGN §2-§4).
+"""The persistent, content-addressed harness store (docs/ARCHITECTURE.md §2-4).
 
 One directory holds everything the system records:
 

@@ -1,4 +1,4 @@
-"""The task protocol every family implements (DESIGN §6) and the synthetic-agent contract (DESIGN §5).
+"""The task protocol every family implements (docs/ARCHITECTURE.md §6) and the synthetic-agent contract (docs/ARCHITECTURE.md §5).
 
 A family is a seeded generator of instances with fixed splits, an environment per instance exposing
 JSON-schema tools, a checker over the final service state, and a reference solution written as a

@@ -1,4 +1,4 @@
-"""A family's handbook: the domain documentation a company wiki would hold (DESIGN §5).
+"""A family's handbook: the domain documentation a company wiki would hold (docs/ARCHITECTURE.md §5).
 
 Each family ships `handbook.md`: a `# title` and `## section` headings, each section a few
 paragraphs of prose. Some sections state the facts and constraints the family's tasks turn on, in

@@ -1,4 +1,4 @@
-"""The testbed's counterfactual answer key, computed when analysis needs it, and cached (DESIGN §5).
+"""The testbed's counterfactual answer key, computed when analysis needs it, and cached (docs/ARCHITECTURE.md §5).
 
 A failed synthetic rollout records, turn by turn, what its counterfactual needs: the oracle model that
 knows the turn's fully informed action and the cause the model recorded (`ground_truth["turns"]`);

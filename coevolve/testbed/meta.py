@@ -1,5 +1,5 @@
 """`synthetic/meta`: an offline proposer that answers the proposer prompt mechanically, from what a
-real proposer would see (DESIGN §5): the failed transcripts, the grader's failed requirements, the
+real proposer would see (docs/ARCHITECTURE.md §5): the failed transcripts, the grader's failed requirements, the
 harness, the edit history and — through the `search_handbook`/`read_handbook` tools, when offered —
 the family's handbook. It never reads fact lists, recorded causes, trap labels or expected answers.
 

@@ -1,4 +1,4 @@
-"""Synthetic agents (DESIGN §5): seeded, stochastic policies that react to the harness mechanically.
+"""Synthetic agents (docs/ARCHITECTURE.md §5): seeded, stochastic policies that react to the harness mechanically.
 
 Each turn the policy rebuilds its state from the messages it can see, takes the next step of the
 family's plan, and can fail in one of five ways:
@@ -454,7 +454,7 @@ class SyntheticPolicy:
 
 
 def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
-    """A synthetic adapter learned from training rows (DESIGN §5), through the same job interface as
+    """A synthetic adapter learned from training rows (docs/ARCHITECTURE.md §5), through the same job interface as
     LoRA: facts stated (and not contradicted) in loss-bearing turns become known; the share of
     loss-bearing turns that batch several tool calls becomes the rate at which the adapted model
     batches (SFT matches its data's distribution), without raising planning capacity; loss-bearing

@@ -1,4 +1,4 @@
-"""The testbed's router: one reply of a `synthetic/<model>` to any prompt (DESIGN §5). The agent
+"""The testbed's router: one reply of a `synthetic/<model>` to any prompt (docs/ARCHITECTURE.md §5). The agent
 policies (`coevolve.testbed.policy`) answer task prompts; the role prompts (judge, expert:
 `coevolve.testbed.roles`) and the proposer prompt (`coevolve.testbed.meta`) are recognised from the
 messages and answered by those modules."""

@@ -6,7 +6,7 @@
   observable evidence a careful human judge would: an error observation the agent moved on from (the
   turn that moved on is where the data was lost), else the earliest call whose content the failed
   requirements are about (word overlap between the grader's words and the call).
-- `synthetic/expert` as rewriter works from its inputs only (DESIGN §5): the task, the tools, the
+- `synthetic/expert` as rewriter works from its inputs only (docs/ARCHITECTURE.md §5): the task, the tools, the
   weak model's prefix, the failing turn and the judge's reason, its own profile's knowledge, and the
   handbook, which it consults through the same `search_handbook`/`read_handbook` tools as a proposer
   (queries: the task's sentences, the terms that stand out in the data the agent has read, the

@@ -1,4 +1,4 @@
-"""Co-evolution (DESIGN §1.5): the meta-agent's cycles, per family, as pure logic.
+"""Co-evolution (docs/ARCHITECTURE.md §1.5): the meta-agent's cycles, per family, as pure logic.
 
 Each cycle: evolve the harness around the current model (the weak model with the current adapter)
 -> build the on-policy correction set from that model's own rollouts under the current harness ->

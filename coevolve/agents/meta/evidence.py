@@ -1,7 +1,7 @@
 """Condensed evidence for the proposer: failed rollouts as a grader and a reader of the transcript
 would see them, and the edit history with outcomes.
 
-Information boundary (DESIGN §5): evidence is built from `Trajectory.public_view()` only — the
+Information boundary (docs/ARCHITECTURE.md §5): evidence is built from `Trajectory.public_view()` only — the
 messages, the turn records (tool calls, observations, events) and the checker's report. The testbed's
 answer key (`Trajectory.ground_truth`: recorded causes, trap labels, decisive turns) never enters it.
 """

@@ -1,4 +1,4 @@
-"""The judge and the expert rewriter as pools of Ray actors beside the executor pool (DESIGN §4).
+"""The judge and the expert rewriter as pools of Ray actors beside the executor pool (docs/ARCHITECTURE.md §4).
 
 `coevolve.agents.judge.Judge` and `coevolve.agents.expert.ExpertRewriter` stay plain classes; `RoleWorker` hosts one of
 them behind the model gateway and `RolePool` makes workers actors at launch (`ActorPool`). Values cross

@@ -42,7 +42,7 @@ def _row_from_json(obj: Any, where: str) -> TrainingRow:
 
 
 def load_rows(source: str | Path | Iterable[TrainingRow | dict[str, Any]]) -> list[TrainingRow]:
-    """Rows from a JSONL file (DESIGN §3) or from an iterable of rows/dicts. Raises TrainingError."""
+    """Rows from a JSONL file (docs/ARCHITECTURE.md §3) or from an iterable of rows/dicts. Raises TrainingError."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         try:

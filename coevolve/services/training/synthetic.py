@@ -1,5 +1,5 @@
 """The synthetic training backend: `coevolve.testbed.policy.learn_adapter(rows, base_model)` learns a
-synthetic adapter (DESIGN §5) from the rows, written as `synthetic_adapter.json` in the adapter folder."""
+synthetic adapter (docs/ARCHITECTURE.md §5) from the rows, written as `synthetic_adapter.json` in the adapter folder."""
 
 from __future__ import annotations
 
