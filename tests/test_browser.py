@@ -1,6 +1,6 @@
 """Browser family: golden instances (hand-derived final states) with mutations, checker reports per
-trap, concepts and handbook, tools and pages, and the Chromium backend. The levers every family shares
-(stated facts help, hooks help) are in test_families.py."""
+trap, concepts, tools and pages, and the Chromium backend. The checks every family shares (rules,
+handbook) are in test_family_contract.py, the levers (stated facts help, hooks help) in test_families.py."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from coevolve.tasks import get_family
 from coevolve.tasks.base import Knowledge
 from coevolve.tasks.browser import BrowserEnv, BrowserFamily, ChromiumBrowser, chromium_available, final_state
 from coevolve.tasks.browser.dom import parse, render_tree
 from coevolve.tasks.browser.world import STATUSES, money
+from tests.helpers import failed
 from tests.rollouts import rollout_all
 
 FAM: BrowserFamily = get_family("browser")  # type: ignore[assignment]
@@ -60,10 +60,6 @@ def run(inst, knowledge: Knowledge, env: BrowserEnv | None = None):
 
 def without_fact(fact: str) -> Knowledge:
     return replace(FULL, facts=FULL.facts - {fact})
-
-
-def failed(outcome) -> dict[str, str]:
-    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
 
 
 def ok(result) -> str:
@@ -371,22 +367,6 @@ def test_concepts_recognise_statements_and_paraphrases_not_lone_keywords():
         assert x.stated_in(PARAPHRASES[x.id]), x.id
         for text in LONE_KEYWORDS:
             assert not x.stated_in(text), (x.id, text)
-    generic = [DEFAULT_REMINDER, DEFAULT_PROGRESS, *DEFAULT_CHECKLIST, FAM.baseline_harness().render_system()]
-    assert not [x.id for x in items for t in generic if x.stated_in(t)]
-    assert [f.id for f in FAM.facts if f.rare] == ["publish_not_save"]
-    assert [f.id for f in FAM.facts if f.common] == ["answer_as_shown"]
-
-
-def test_handbook_states_every_fact_among_more_irrelevant_sections():
-    items = (*FAM.facts, *FAM.constraints)
-    sections = FAM.handbook.sections
-    stating = {s.id: [x.id for x in items if x.stated_in(s.text)] for s in sections}
-    for x in items:
-        assert any(x.id in ids for ids in stating.values()), x.id
-        assert not any(x.statement in s.text for s in sections), x.id  # its own prose, not the catalogue's
-    relevant = [s for s, ids in stating.items() if ids]
-    assert len(sections) - len(relevant) >= 2 * len(relevant)
-    assert FAM.handbook.search("refunded order status")[0]["id"] in relevant
 
 
 # ------------------------------------------------------------------------------ tools and pages

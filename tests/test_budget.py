@@ -1,6 +1,6 @@
 """Budget family: golden instances (hand-derived registers) with mutations, the checker's report per
-policy rule, trap and constraint, concepts and handbook, tools. The levers every family shares (stated
-facts help, hooks help) are in test_families.py."""
+policy rule and constraint, concepts, tools. The checks every family shares (traps, rules, handbook) are in
+test_family_contract.py, the levers (stated facts help, hooks help) in test_families.py."""
 
 from __future__ import annotations
 
@@ -10,34 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from coevolve.tasks import get_family
-from coevolve.tasks.base import Knowledge
 from coevolve.tasks.budget import REASONS, decide, policy_text
+from tests.helpers import failed, solved_env
 
 FAM = get_family("budget")
 FULL = FAM.full_knowledge()
 GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "coevolve" / "tasks" / "budget" / "golden.json").read_text())[
     "instances"
 ]
-TRAP_FACT = {
-    "running_balance": "posted_balance",
-    "split_purchase": "split_purchases",
-    "renamed_vendor": "blocked_by_tax_id",
-}
 POOL = FAM.generate("train") + FAM.generate("val")
 TOOL_FOR = {"approve": "approve_request", "reject": "reject_request", "escalate": "escalate_request"}
 
 
 def world(inst):
     return FAM.world(inst.seed, inst.params)
-
-
-def solved_env(inst, knowledge: Knowledge = FULL):
-    env = FAM.make_env(inst)
-    for step in FAM.plan(inst, knowledge):
-        assert not env.call(step.tool, dict(step.args)).error, step.tool
-    return env
 
 
 def env_with(inst, decisions):
@@ -50,10 +37,6 @@ def env_with(inst, decisions):
 
 def check_with(inst, decisions):
     return FAM.check(env_with(inst, decisions))
-
-
-def failed(outcome) -> dict[str, str]:
-    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
 
 
 def codes(register) -> list[tuple[str, str, str]]:
@@ -175,41 +158,17 @@ def test_an_undecided_request_fails_with_a_count():
     assert failed(outcome)["every_request_decided"] == f"1 of the {len(truth)} pending requests has no recorded decision"
 
 
-@pytest.mark.parametrize("trap", sorted(TRAP_FACT))
-def test_each_trap_left_unhandled_fails_with_a_graders_reason(trap):
-    hits = [i for i in POOL if trap in FAM.answer_key(i)["traps"]]
-    assert len(hits) >= 3
-    without = replace(FULL, facts=FULL.facts - {TRAP_FACT[trap]})
-    for inst in hits:
-        assert FAM.check(solved_env(inst)).passed
-        outcome = FAM.check(solved_env(inst, without))
-        assert not outcome.passed, inst.id
-        reasons = failed(outcome)
-        assert reasons and all(reasons.values()), inst.id
-        assert {"approvals_correct", "rejections_correct", "escalations_correct"} & set(reasons)
-        dumped = json.dumps(outcome.detail)
-        assert trap not in dumped and "traps" not in dumped  # no generator labels in the report
-
-
 def test_posted_balance_trap_overspends_the_department():
     without = replace(FULL, facts=FULL.facts - {"posted_balance"})
     for inst in POOL:
         if "running_balance" in world(inst).traps:
-            reason = failed(FAM.check(solved_env(inst, without)))["no_department_overspent"]
+            reason = failed(FAM.check(solved_env(FAM, inst, without)))["no_department_overspent"]
             assert "approved requests add up to" in reason and "USD" in reason
-
-
-def test_facts_matter_only_where_their_trap_is():
-    for trap, fact in TRAP_FACT.items():
-        without = replace(FULL, facts=FULL.facts - {fact})
-        for inst in POOL[:40]:
-            if trap not in world(inst).traps:
-                assert FAM.check(solved_env(inst, without)).passed, (fact, inst.id)
 
 
 def test_currency_conversion_matters_somewhere():
     without = replace(FULL, facts=FULL.facts - {"currency_conversion"})
-    assert any(not FAM.check(solved_env(i, without)).passed for i in POOL)
+    assert any(not FAM.check(solved_env(FAM, i, without)).passed for i in POOL)
 
 
 def test_rejections_need_comments_when_asked():
@@ -219,12 +178,12 @@ def test_rejections_need_comments_when_asked():
             break
     else:
         raise AssertionError("no instance asks for comments on a rejection")
-    outcome = FAM.check(solved_env(inst, replace(FULL, constraints=frozenset())))
+    outcome = FAM.check(solved_env(FAM, inst, replace(FULL, constraints=frozenset())))
     assert set(failed(outcome)) == {"rejections_commented"}
     assert "the task asks for a comment on every rejection" in failed(outcome)["rejections_commented"]
-    assert FAM.check(solved_env(inst)).passed
+    assert FAM.check(solved_env(FAM, inst)).passed
     plain = next(i for i in POOL if not world(i).comment_required)
-    report = FAM.check(solved_env(plain)).detail["requirements"]
+    report = FAM.check(solved_env(FAM, plain)).detail["requirements"]
     assert "rejections_commented" not in {r["id"] for r in report}
 
 
@@ -279,13 +238,6 @@ def test_bad_decisions_are_refused_whole():
     assert env.call("get_department_budget", {"department": "Nowhere"}).error
     assert env.call("read_request", {"request_id": rid}).content.count(rid) == 1
     assert env.call("nope", {}).error
-
-
-def test_difficulty_raises_trap_rate():
-    def traps(d):
-        return sum(len(world(i).traps) for i in FAM.generate("train", difficulty=d))
-
-    assert traps(1) < traps(2) < traps(3)
 
 
 # ------------------------------------------------------------------ facts, constraints, handbook
@@ -346,9 +298,6 @@ def test_concepts_recognise_paraphrases_not_keywords(item):
         assert item.concept.where(text), text
     for text in NOT_STATED:
         assert not item.stated_in(text), text
-    harness = FAM.baseline_harness().render_system()
-    for text in (harness, DEFAULT_REMINDER, DEFAULT_PROGRESS, "\n".join(DEFAULT_CHECKLIST)):
-        assert not item.stated_in(text), text
 
 
 def test_tool_observations_do_not_state_the_facts():
@@ -359,21 +308,3 @@ def test_tool_observations_do_not_state_the_facts():
         for item in FAM.facts:
             assert not any(item.stated_in(t) for t in texts), (item.id, inst.id)
 
-
-def test_one_rare_fact_and_the_common_one():
-    assert [f.id for f in FAM.facts if f.rare] == ["split_purchases"]
-    assert [f.id for f in FAM.facts if f.common] == ["currency_conversion"]
-
-
-def test_handbook_states_every_fact_among_irrelevant_sections():
-    hb = FAM.handbook
-    items = (*FAM.facts, *FAM.constraints)
-    stating = {s.id: [i.id for i in items if i.stated_in(s.text)] for s in hb.sections}
-    for item in items:
-        sections = [s for s, ids in stating.items() if item.id in ids]
-        assert sections, item.id
-        for s in sections:  # in the handbook's own words, not the catalogue's
-            assert item.statement.lower() not in hb.read(s).text.lower()
-    relevant = [s for s, ids in stating.items() if ids]
-    assert len(stating) - len(relevant) >= 2 * len(relevant)
-    assert hb.title and all(s.text for s in hb.sections)

@@ -1,6 +1,7 @@
-"""Payroll family: golden instances (hand-derived audits) with mutations, checker reports per injected error
-and trap, the facts' concepts and the handbook, read-only data, mail checks. The levers every family shares
-(stated facts help, hooks help, synthetic pass rates) are in test_families.py."""
+"""Payroll family: golden instances (hand-derived audits) with mutations, checker reports per injected error,
+the facts' concepts, read-only data, mail checks. The checks every family shares (traps, rules, handbook)
+are in test_family_contract.py, the levers (stated facts help, hooks help, synthetic pass rates) in
+test_families.py."""
 
 from __future__ import annotations
 
@@ -10,22 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from coevolve.tasks import get_family
-from coevolve.tasks.base import Knowledge
 from coevolve.tasks.payroll import ERROR_TYPES, TRAPS, audit
+from tests.helpers import failed, solved_env
 
 FAM = get_family("payroll")
 FULL = FAM.full_knowledge()
 GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "coevolve" / "tasks" / "payroll" / "golden.json").read_text())[
     "instances"
 ]
-TRAP_FACT = {
-    "ca_daily": "ca_daily_overtime",
-    "salaried_long_week": "salaried_exempt",
-    "rate_change": "rate_effective_date",
-    "late_termination": "final_pay_through_termination",
-}
 POOL = FAM.generate("train") + FAM.generate("val")
 LABELS = (*TRAPS, "traps", "injected", "trap")
 
@@ -37,13 +31,6 @@ def instance_where(pred):
     raise AssertionError("no instance matches")
 
 
-def solved_env(inst, knowledge: Knowledge = FULL):
-    env = FAM.make_env(inst)
-    for step in FAM.plan(inst, knowledge):
-        assert not env.call(step.tool, dict(step.args)).error, step.tool
-    return env
-
-
 def env_with(inst, report, email: dict | None = None):
     """A fresh env holding exactly this report and (when given) this one email."""
     env = FAM.make_env(inst)
@@ -51,10 +38,6 @@ def env_with(inst, report, email: dict | None = None):
     if email is not None:
         assert not env.call("send_email", {"body": "The audit report is saved.", **email}).error
     return env
-
-
-def failed(outcome) -> dict[str, str]:
-    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
 
 
 def assert_graders_report(outcome) -> None:
@@ -194,34 +177,9 @@ def test_each_injected_error_left_unreported_fails(kind):
         assert_graders_report(outcome)
 
 
-@pytest.mark.parametrize("trap", sorted(TRAP_FACT))
-def test_each_trap_left_unhandled_fails_with_a_graders_reason(trap):
-    hits = [i for i in POOL if trap in FAM.answer_key(i)["traps"]]
-    assert len(hits) >= 3
-    without = replace(FULL, facts=FULL.facts - {TRAP_FACT[trap]})
-    for inst in hits:
-        assert FAM.check(solved_env(inst)).passed
-        outcome = FAM.check(solved_env(inst, without))
-        assert not outcome.passed, inst.id
-        reasons = failed(outcome)
-        assert reasons and set(reasons) <= {
-            "every_erroneous_stub_reported", "no_false_findings", "error_types_correct", "corrected_amounts_correct"
-        }  # fmt: skip
-        assert_graders_report(outcome)
-
-
-def test_facts_matter_only_where_their_trap_is():
-    """A missing uncommon fact never breaks an instance without its trap (the traps are the only lever)."""
-    for trap, fact in TRAP_FACT.items():
-        without = replace(FULL, facts=FULL.facts - {fact})
-        for inst in POOL[:40]:
-            if trap not in FAM.answer_key(inst)["traps"]:
-                assert FAM.check(solved_env(inst, without)).passed, (fact, inst.id)
-
-
 def test_recomputed_deductions_change_corrected_amounts():
     without = replace(FULL, facts=FULL.facts - {"deductions_follow_gross"})
-    broken = [FAM.check(solved_env(i, without)) for i in POOL[:40]]
+    broken = [FAM.check(solved_env(FAM, i, without)) for i in POOL[:40]]
     broken = [o for o in broken if not o.passed]
     assert broken
     assert all(set(failed(o)) == {"corrected_amounts_correct"} for o in broken)
@@ -229,8 +187,8 @@ def test_recomputed_deductions_change_corrected_amounts():
 
 def test_missing_cc_fails_when_asked():
     inst = instance_where(lambda w: w.cc_required)
-    assert FAM.check(solved_env(inst)).passed
-    outcome = FAM.check(solved_env(inst, replace(FULL, constraints=frozenset())))
+    assert FAM.check(solved_env(FAM, inst)).passed
+    outcome = FAM.check(solved_env(FAM, inst, replace(FULL, constraints=frozenset())))
     assert not outcome.passed
     assert "finance controller" in failed(outcome)["audit_email_cc"]
     assert_graders_report(outcome)
@@ -286,7 +244,7 @@ def test_extra_or_duplicated_findings_fail():
     extra = {"employee_id": clean.employee_id, "period": clean.period, "error_type": "wrong_rate",
              "corrected_amount": 1.0}  # fmt: skip
     for report, says in ((truth + [extra], f"{clean.employee_id} {clean.period}"), (truth + truth[:1], "more than once")):
-        env = solved_env(inst)
+        env = solved_env(FAM, inst)
         env.call("write_audit_report", {"content": json.dumps(report)})
         outcome = FAM.check(env)
         assert not outcome.passed and says in failed(outcome)["no_false_findings"]
@@ -294,7 +252,7 @@ def test_extra_or_duplicated_findings_fail():
 
 def test_payroll_data_is_read_only_and_tampering_is_detected():
     inst = POOL[2]
-    env = solved_env(inst)
+    env = solved_env(FAM, inst)
     for q in ("UPDATE pay_stubs SET net = 0", "DELETE FROM timesheets", "PRAGMA query_only = OFF",
               "DROP TABLE employees", "ATTACH DATABASE ':memory:' AS x"):  # fmt: skip
         r = env.call("sql_query", {"query": q})
@@ -316,13 +274,6 @@ def test_sql_errors_are_observations_and_multi_statement_works():
     assert env.call("sql_query", {"query": slow}).error
     assert env.call("send_email", {"to": "a@b.c, d@e.f", "subject": "s", "body": "b"}).error
     assert env.call("send_email", {"to": "a@b.c", "subject": "s", "body": "b", "cc": "x@y.z"}).error
-
-
-def test_difficulty_raises_trap_rate():
-    def traps(d):
-        return sum(len(FAM.answer_key(i)["traps"]) for i in FAM.generate("train", difficulty=d))
-
-    assert traps(1) < traps(2) < traps(3)
 
 
 # ------------------------------------------------------------------ facts, concepts, handbook
@@ -359,28 +310,3 @@ def test_concepts_recognise_statements_and_paraphrases_not_keywords():
         for other, text in PARAPHRASES.items():
             assert other == iid or not item.stated_in(text), (iid, other)
 
-
-def test_harness_defaults_state_no_fact():
-    texts = (FAM.baseline_harness().render_system(), DEFAULT_REMINDER, DEFAULT_PROGRESS, "\n".join(DEFAULT_CHECKLIST))
-    for item in (*FAM.facts, *FAM.constraints):
-        for text in texts:
-            assert not item.stated_in(text), (item.id, text[:80])
-
-
-def test_one_rare_fact_and_the_common_one():
-    assert [f.id for f in FAM.facts if f.rare] == ["rate_effective_date"]
-    assert [f.id for f in FAM.facts if f.common] == ["deductions_follow_gross"]
-
-
-def test_handbook_states_each_fact_in_its_own_words_among_irrelevant_sections():
-    items = (*FAM.facts, *FAM.constraints)
-    sections = FAM.handbook.sections
-    stating = {s.id: [i.id for i in items if i.stated_in(s.text)] for s in sections}
-    for item in items:
-        where = [s for s in sections if item.stated_in(s.text)]
-        assert where, item.id
-        assert all(item.statement.lower() not in s.text.lower() for s in where), item.id
-    relevant = [sid for sid, ids in stating.items() if ids]
-    irrelevant = [sid for sid, ids in stating.items() if not ids]
-    assert len(irrelevant) >= 2 * len(relevant), (relevant, irrelevant)
-    assert FAM.handbook.search("overtime salaried")  # retrieval works over shared vocabulary

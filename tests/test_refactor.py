@@ -1,7 +1,7 @@
 """Refactor family: golden instances (hand-written expected repositories) with mutations, checker reports
-per trap and per hand-made wrong state, concepts and handbook, the patch and file tools, the sandbox
-through the env. The levers every family shares (stated facts help, hooks help) are in test_families.py;
-the sandbox itself is tested in test_sandbox*.py."""
+per hand-made wrong state, concepts, the patch and file tools, the sandbox through the env. The checks
+every family shares (traps, rules, handbook) are in test_family_contract.py, the levers (stated facts
+help, hooks help) in test_families.py; the sandbox itself is tested in test_sandbox*.py."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.tasks.base import Knowledge, ToolArgError
 from coevolve.tasks.refactor import CHANGELOG, apply_patch, make_patch, original_files, refactored_files
 from coevolve.tasks.refactor.plan import FULL as PLAN_FULL
+from tests.helpers import failed, solved_env
 
 FAM = get_family("refactor")
 FULL = FAM.full_knowledge()
@@ -31,14 +31,6 @@ TRAP_FACT = {
     "outputs": "block_outputs",
     "naive_mix": "aware_datetime",
 }
-# the requirement that reports each trap left unhandled
-TRAP_REQUIREMENT = {
-    "all_list": "old_name_gone",
-    "namesake": "tests_pass",
-    "near_dup": "tests_pass",
-    "outputs": "tests_pass",
-    "naive_mix": "tests_pass",
-}
 
 
 def instance_with(trap: str | None = None, kind: str | None = None, split: str = "train"):
@@ -47,18 +39,6 @@ def instance_with(trap: str | None = None, kind: str | None = None, split: str =
         if (trap is None or trap in w.traps) and (kind is None or w.kind == kind):
             return inst
     raise AssertionError(f"no {split} instance with trap={trap} kind={kind}")
-
-
-def solved_env(inst, knowledge: Knowledge):
-    env = FAM.make_env(inst)
-    for step in FAM.plan(inst, knowledge):
-        result = env.call(step.tool, dict(step.args))
-        assert not result.error, (step.tool, result.content[:500])
-    return env
-
-
-def failed(outcome) -> dict[str, str]:
-    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
 
 
 def env_with_files(inst, files: dict[str, str], deleted: tuple[str, ...] = ()):
@@ -196,19 +176,6 @@ def test_golden_instances_cover_every_trap_and_kind():
 
 
 # ------------------------------------------------------------------ checker reports
-@pytest.mark.parametrize("trap", sorted(TRAP_FACT))
-def test_each_trap_left_unhandled_fails_with_a_graders_reason(trap):
-    inst = instance_with(trap)
-    assert FAM.check(solved_env(inst, FULL)).passed
-    without = Knowledge(FULL.facts - {TRAP_FACT[trap]}, FULL.constraints)
-    outcome = FAM.check(solved_env(inst, without))
-    assert not outcome.passed and 0 < outcome.score < 1.0
-    reasons = failed(outcome)
-    assert TRAP_REQUIREMENT[trap] in reasons and all(reasons.values()), reasons
-    text = json.dumps(outcome.detail)
-    assert trap not in text and "traps" not in text  # no generator labels in the report
-
-
 def test_facts_without_their_trap_do_not_matter():
     """The wrong branch only bites where the trap is present (so the fact is what makes the difference)."""
     for kind, fact in (("deprecated", "aware_datetime"), ("rename", "string_references"), ("extract", "near_duplicate")):
@@ -216,16 +183,16 @@ def test_facts_without_their_trap_do_not_matter():
             i for i in FAM.generate("train")
             if FAM.world(i.seed, i.params).kind == kind and not FAM.world(i.seed, i.params).traps
         )
-        assert FAM.check(solved_env(inst, Knowledge(FULL.facts - {fact}, FULL.constraints))).passed, (kind, fact)
+        assert FAM.check(solved_env(FAM, inst, Knowledge(FULL.facts - {fact}, FULL.constraints))).passed, (kind, fact)
 
 
 def test_changelog_in_the_wrong_place_or_rewritten_fails():
     inst = instance_with("changelog")
-    outcome = FAM.check(solved_env(inst, Knowledge(FULL.facts, frozenset())))
+    outcome = FAM.check(solved_env(FAM, inst, Knowledge(FULL.facts, frozenset())))
     assert not outcome.passed
     assert "not under the `## Unreleased` heading" in failed(outcome)["changelog_entry"]
     assert "not run" in failed(outcome)["tests_pass"]
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     assert FAM.check(env).passed
     w = env.world
     env.call("write_file", {"path": CHANGELOG, "content": f"# Changelog\n\n## Unreleased\n\n{w.entry}\n"})
@@ -244,14 +211,14 @@ def test_no_changelog_requirement_unless_the_task_asks():
 def test_search_results_not_seen_changes_only_one_file_and_fails():
     for kind in ("rename", "extract", "deprecated"):
         inst = instance_with(kind=kind)
-        outcome = FAM.check(solved_env(inst, replace(FULL, cut=frozenset({1}))))
+        outcome = FAM.check(solved_env(FAM, inst, replace(FULL, cut=frozenset({1}))))
         assert not outcome.passed and failed(outcome), kind
 
 
 def test_hand_made_wrong_states_fail_with_reasons_naming_the_agents_own_lines():
     # rename: a test file still uses the old name
     inst = instance_with(kind="rename")
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     w = env.world
     test_path = next(p for p in w.visible_tests if w.spec["new"] in env.files[p])
     env.files[test_path] = env.files[test_path].replace(w.spec["new"], w.spec["old"])
@@ -260,7 +227,7 @@ def test_hand_made_wrong_states_fail_with_reasons_naming_the_agents_own_lines():
     # extract: helper created, one copy of the block left in place
     inst = instance_with(kind="extract")
     w = FAM.world(inst.seed, inst.params)
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     first = next(s for s in w.spec["sites"] if not s["near"])
     env.files[first["module"]] = original_files(w)[first["module"]]
     reasons = failed(FAM.check(env))
@@ -271,7 +238,7 @@ def test_hand_made_wrong_states_fail_with_reasons_naming_the_agents_own_lines():
     # deprecated: one module still calls utcnow
     inst = instance_with(kind="deprecated")
     w = FAM.world(inst.seed, inst.params)
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     mod = w.spec["sites"][0]["module"]
     env.files[mod] = original_files(w)[mod]
     reasons = failed(FAM.check(env))
@@ -283,7 +250,7 @@ def test_reasons_count_what_is_missing_without_naming_it():
     which functions they are."""
     inst = instance_with(kind="extract")
     w = FAM.world(inst.seed, inst.params)
-    env = solved_env(inst, replace(FULL, cut=frozenset({1})))
+    env = solved_env(FAM, inst, replace(FULL, cut=frozenset({1})))
     reasons = failed(FAM.check(env))
     untouched = [s["name"] for s in w.spec["sites"] if not s["near"] and s["module"] != w.primary]
     assert untouched and re.match(r"\d+ of the \d+ functions", reasons["helper_called_at_every_copy"])
@@ -292,13 +259,13 @@ def test_reasons_count_what_is_missing_without_naming_it():
 
 def test_deleting_or_gutting_tests_does_not_help():
     inst = instance_with(kind="extract")
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     w = env.world
     for p in w.visible_tests:
         env.files[p] = "def test_nothing():\n    pass\n"
     reasons = failed(FAM.check(env))
     assert "lost test_" in reasons["visible_tests_kept"]
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     for p in w.visible_tests:
         del env.files[p]
     reasons = failed(FAM.check(env))
@@ -308,7 +275,7 @@ def test_deleting_or_gutting_tests_does_not_help():
 def test_checker_runs_hidden_tests_against_the_package():
     """A package that passes the AST checks but changes behaviour fails through the (hidden) tests."""
     inst = instance_with(kind="rename")
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     w = env.world
     mod = w.spec["module"]
     env.files[mod] = env.files[mod].replace("return ", "return None and ", 1)
@@ -320,7 +287,7 @@ def test_checker_runs_hidden_tests_against_the_package():
 
 def test_checker_refuses_package_code_that_reaches_outside():
     inst = instance_with(kind="rename")
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     mod = env.world.spec["module"]
     env.files[mod] = "import socket\n" + env.files[mod]
     reasons = failed(FAM.check(env))
@@ -330,7 +297,7 @@ def test_checker_refuses_package_code_that_reaches_outside():
 
 def test_code_that_does_not_parse_is_reported_by_file_and_line():
     inst = instance_with(kind="deprecated")
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     mod = env.world.spec["sites"][0]["module"]
     env.files[mod] += "\ndef broken(:\n"
     reasons = failed(FAM.check(env))
@@ -348,7 +315,7 @@ def test_empty_agent_scores_zero_and_reference_passes_each_kind():
 
 def test_partial_credit_is_nine_tenths_of_the_share_of_checks_met():
     inst = instance_with("changelog")
-    outcome = FAM.check(solved_env(inst, Knowledge(FULL.facts, frozenset())))
+    outcome = FAM.check(solved_env(FAM, inst, Knowledge(FULL.facts, frozenset())))
     checks = [r for r in outcome.detail["requirements"] if r["id"] != "repository_changed"]
     assert outcome.score == round(0.9 * sum(r["passed"] for r in checks) / len(checks), 4)
 
@@ -379,27 +346,7 @@ def test_concepts_recognise_statements_and_paraphrases_not_lone_keywords():
         assert item.stated_in(item.statement), cid
         assert item.stated_in(PARAPHRASES[cid]), cid
         assert not item.stated_in(LONE_KEYWORDS[cid]), cid
-    assert [f.id for f in FAM.facts if f.rare] == ["near_duplicate"]
     assert FULL == PLAN_FULL
-
-
-def test_generic_texts_state_no_fact_or_constraint():
-    texts = [DEFAULT_REMINDER, DEFAULT_PROGRESS, "\n".join(DEFAULT_CHECKLIST), FAM.baseline_harness().render_system()]
-    for item in (*FAM.facts, *FAM.constraints):
-        assert not any(item.stated_in(t) for t in texts), item.id
-
-
-def test_handbook_states_each_fact_among_more_irrelevant_sections():
-    sections = FAM.handbook.sections
-    items = (*FAM.facts, *FAM.constraints)
-    stating = {s.id: [x.id for x in items if x.stated_in(s.text)] for s in sections}
-    for item in items:
-        assert any(item.id in ids for ids in stating.values()), item.id
-    relevant = [s for s, ids in stating.items() if ids]
-    assert len(sections) - len(relevant) >= 2 * len(relevant)
-    for s in sections:  # fresh prose, not the catalogue wording
-        assert not any(x.statement in s.text for x in items), s.id
-    assert FAM.handbook.search("rename __all__ string")[0]["id"] == "renames-and-the-public-name-list"
 
 
 # ------------------------------------------------------------------ plan
@@ -507,7 +454,7 @@ def test_a_short_test_cannot_flood_the_run_tests_observation():
 def test_a_checker_reason_holds_a_bounded_piece_of_what_the_package_raised():
     """A package function that raises with a megabyte of message: the grader's reason stays short."""
     inst = instance_with(kind="rename")
-    env = solved_env(inst, FULL)
+    env = solved_env(FAM, inst, FULL)
     mod = env.world.spec["module"]
     env.files[mod] = env.files[mod].replace("    return ", "    raise ValueError('x' * 10**6 + ' the end')\n    return ", 1)
     reason = failed(FAM.check(env))["tests_pass"]

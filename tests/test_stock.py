@@ -1,6 +1,6 @@
 """Stock alerting family: golden instances (hand-derived expected rows and emails) with mutations, checker
-reports per trap, concepts and handbook, tools. The levers every family shares (stated facts help, hooks
-help) are in test_families.py."""
+reports, concepts, handbook search, tools. The checks every family shares (traps, rules, handbook) are in
+test_family_contract.py, the levers (stated facts help, hooks help) in test_families.py."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from coevolve.tasks import get_family
 from coevolve.tasks.base import Knowledge
 from coevolve.tasks.stock import SHEET, SUPPLIER_SHEET, StockEnv
+from tests.helpers import failed
 
 FAM = get_family("stock")
 FULL = FAM.full_knowledge()
@@ -27,14 +27,6 @@ TRAP_FACT = {
     "discontinued": "skip_discontinued",
     "open_alert": "open_alert_dedup",
     "case_pack": "case_pack",
-}
-CONTENT = {
-    "alert_row_for_each_product_to_reorder",
-    "no_other_alert_rows",
-    "alert_row_values_correct",
-    "email_for_each_product_to_reorder",
-    "no_other_emails",
-    "email_content_correct",
 }
 
 
@@ -69,10 +61,6 @@ def env_with(inst, rows: list[list[str]], emails: list[dict]) -> StockEnv:
 
 def new_rows(env: StockEnv) -> list[list[str]]:
     return env.sheets[SHEET][len(env.world.existing) + 1 :]
-
-
-def failed(outcome) -> dict[str, str]:
-    return {r["id"]: r["reason"] for r in outcome.detail["requirements"] if not r["passed"]}
 
 
 # ------------------------------------------------------------------ golden instances
@@ -197,18 +185,6 @@ def test_reference_passes_and_empty_agent_scores_zero():
         empty = FAM.check(FAM.make_env(inst))
         assert not empty.passed and empty.score == 0.0
         assert {"alert_row_for_each_product_to_reorder", "email_for_each_product_to_reorder"} <= set(failed(empty))
-
-
-@pytest.mark.parametrize("trap,fact", sorted(TRAP_FACT.items()))
-def test_unknown_fact_fails_where_its_trap_is_present_with_a_graders_reason(trap, fact):
-    instances = with_trap(trap)
-    assert instances, f"no instance with trap {trap}"
-    for inst in instances:
-        outcome = FAM.check(run_plan(inst, replace(FULL, facts=FULL.facts - {fact})))
-        assert not outcome.passed and outcome.score < 1.0, (inst.id, trap)
-        reasons = failed(outcome)
-        assert reasons and set(reasons) <= CONTENT and all(reasons.values()), reasons
-        assert trap not in json.dumps(outcome.detail)  # no generator labels in the report
 
 
 def test_unknown_facts_are_harmless_without_their_traps():
@@ -375,37 +351,10 @@ def test_statements_and_paraphrases_are_recognised_lone_keywords_are_not():
         assert not [i.id for i in items.values() if i.stated_in(text)], text
 
 
-def test_one_rare_fact_and_common_kept():
-    assert [f.id for f in FAM.facts if f.rare] == ["open_alert_dedup"]
-    assert [f.id for f in FAM.facts if f.common] == ["strictly_below"]
-
-
-def test_harness_texts_and_tools_state_no_fact():
-    texts = [
-        FAM.baseline_harness().render_system(),
-        DEFAULT_REMINDER,
-        DEFAULT_PROGRESS,
-        *DEFAULT_CHECKLIST,
-        "\n".join(t.description for t in FAM.baseline_tools()),
-    ]
-    for text in texts:
-        assert not [i.id for i in _items() if i.stated_in(text)], text
-
-
 def test_instructions_state_only_the_priority_constraint_when_urgent():
     for inst in FAM.generate("val"):
         stated = {i.id for i in _items() if i.stated_in(inst.instruction)}
         assert stated == ({"high_priority"} if "urgent" in FAM.answer_key(inst)["traps"] else set()), inst.id
-
-
-def test_handbook_states_each_fact_in_its_own_words_among_irrelevant_sections():
-    sections = FAM.handbook.sections
-    stating = {s.id: [i.id for i in _items() if i.stated_in(s.text)] for s in sections}
-    relevant = [s for s, ids in stating.items() if ids]
-    for item in _items():
-        assert any(item.id in ids for ids in stating.values()), item.id
-        assert item.statement not in "\n".join(s.text for s in sections)
-    assert len(sections) - len(relevant) >= 2 * len(relevant)
 
 
 def test_handbook_search_finds_the_rules():
