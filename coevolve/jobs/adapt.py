@@ -148,13 +148,12 @@ def train_on(store_path: Path, dataset: str, base: str, backend: str, adapter_id
              config: dict[str, Any] | None = None, progress: Progress | None = None) -> Any:
     """Train an adapter on a stored dataset through the one training interface."""
     from coevolve.services.training import train_adapter
-    from coevolve.store.datasets import read_manifest, read_rows
+    from coevolve.store.datasets import read_manifest
     from coevolve.store.store import HarnessStore
 
     rec = read_manifest(store_path, dataset)
     adapter_id = adapter_id or f"{rec.manifest.get('arm', 'rows')}-{rec.id[3:13]}"
-    return train_adapter(read_rows(store_path, rec.id), base, adapter_id, config, HarnessStore(store_path), backend,
-                         progress=progress)
+    return train_adapter(rec, base, adapter_id, config, HarnessStore(store_path), backend, progress=progress)
 
 
 def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, adapter_id: str, *, split: str = "test",
