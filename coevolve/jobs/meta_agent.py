@@ -18,6 +18,7 @@ import ray
 import structlog
 
 from coevolve.services.logs import configure_logging
+from coevolve.settings import export, variable
 
 NAMESPACE = "coevolve"
 log = structlog.get_logger(role="meta")
@@ -63,7 +64,7 @@ class MetaAgent:
         from coevolve.config import RunProfile
 
         configure_logging()
-        os.environ["COEVOLVE_STORE"] = store_path
+        export(store=store_path)
         self.profile = RunProfile.model_validate(profile)
         self.store_path = store_path
         self.run_id = run_id
@@ -158,7 +159,7 @@ def launch(profile: dict[str, Any], store_path: str, run_id: str) -> Any:
 
     actor = ray.remote(MetaAgent).options(
         name=actor_name(run_id), namespace=NAMESPACE, lifetime="detached", max_concurrency=8, num_cpus=0,
-        runtime_env={"env_vars": worker_env({"COEVOLVE_STORE": store_path})},
+        runtime_env={"env_vars": worker_env({variable("store"): store_path})},
     ).remote(profile, store_path, run_id)
     ray.get(actor.ready.remote(), timeout=120)
     ray.get(actor.start.remote())
