@@ -3,6 +3,7 @@ that module reads the environment for one (docs/ARCHITECTURE.md §7)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -24,10 +25,41 @@ def test_every_variable_named_in_the_code_is_a_setting():
     assert named - declared == set()
 
 
+def _environ_uses(tree: ast.AST) -> list[int]:
+    """Lines that read or write `os.environ` / `os.getenv` for a project variable: a `COEVOLVE_*`
+    literal, or a module-level name bound to one (or to `variable(...)`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            v = node.value
+            if (isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.startswith("COEVOLVE_")) or (
+                    isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "variable"):
+                names.add(node.targets[0].id)
+
+    def project(arg: ast.AST) -> bool:
+        return (isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("COEVOLVE_")) or (
+            isinstance(arg, ast.Name) and arg.id in names)
+
+    def environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and project(node.args[0]) and isinstance(node.func, ast.Attribute) and (
+                (node.func.attr in ("get", "setdefault", "pop") and environ(node.func.value)) or node.func.attr == "getenv") or isinstance(node, ast.Subscript) and environ(node.value) and project(node.slice):
+            lines.append(node.lineno)
+    return lines
+
+
 def test_only_the_settings_module_reads_the_environment_for_a_project_variable():
-    reads = re.compile(r"os\.(environ\.get|getenv)\(\s*[\"']COEVOLVE_|os\.environ\[[\"']COEVOLVE_")
-    readers = [str(p.relative_to(ROOT)) for p, text in _code().items() if reads.search(text)]
-    assert readers == []
+    uses = {str(p.relative_to(ROOT)): lines for p, text in _code().items()
+            if p.name != "settings.py" and (lines := _environ_uses(ast.parse(text)))}
+    assert uses == {}
+
+
+def test_the_check_sees_a_read_through_a_constant():
+    tree = ast.parse('import os\nX_ENV = "COEVOLVE_X"\ndef f():\n    return os.environ.get(X_ENV), os.environ["COEVOLVE_Y"]\n')
+    assert _environ_uses(tree) == [4, 4]
 
 
 def test_the_architecture_page_lists_every_variable_with_its_description():

@@ -17,8 +17,7 @@ Chromium driven by Playwright against the app served on 127.0.0.1
 
 from __future__ import annotations
 
-import os
-
+from coevolve.settings import environment
 from coevolve.tasks.base import TaskEnv, TaskFamily
 from coevolve.tasks.browser.backends import ChromiumBrowser, chromium_available
 from coevolve.tasks.browser.checker import check, final_state
@@ -30,7 +29,6 @@ from coevolve.values import Outcome, TaskInstance
 __all__ = ["BrowserEnv", "BrowserFamily", "BrowserWorld", "ChromiumBrowser", "chromium_available", "final_state",
            "money"]
 
-BACKEND_ENV = "COEVOLVE_BROWSER_BACKEND"
 STATUS_TEXT = {
     "holded": "Put order #{n} on hold in the shop admin",
     "complete": "Order #{n} has been delivered: set its status to Complete in the shop admin",
@@ -72,7 +70,7 @@ class BrowserFamily(TaskFamily):
 
     def make_env(self, instance: TaskInstance, backend: str | None = None,
                  browser: ChromiumBrowser | None = None) -> BrowserEnv:
-        backend = backend or os.environ.get(BACKEND_ENV, "text")
+        backend = backend or environment().browser_backend or "text"
         return BrowserEnv(instance, self.world(instance.seed, instance.params), backend, browser)
 
     def check(self, env: TaskEnv) -> Outcome:
