@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
 from coevolve.services.serving.app import apply_serve_env_defaults
+from tests.helpers import serving
 from tests.lifecycle_fixtures import tiny_model  # noqa: F401 - fixture
 
 apply_serve_env_defaults()
@@ -33,7 +33,7 @@ REPLY_CAP = 96  # tokens: the longest bounded iot call is well under it
 
 @pytest.fixture(scope="module")
 def served_tiny(tmp_path_factory, tiny_model, ray_session):
-    from coevolve.services.serving.app import load_serve_config, start_serving, stop_serving
+    from coevolve.services.serving.app import load_serve_config
     from coevolve.store.store import HarnessStore
 
     store_dir = tmp_path_factory.mktemp("constrained-store")
@@ -45,18 +45,8 @@ def served_tiny(tmp_path_factory, tiny_model, ray_session):
          "models.0.engine.max_num_batched_tokens=2048", "ready_timeout_s=900"],
     )
     assert cfg.models[0].compact_json  # the default that makes small models' JSON terminate
-    old = os.environ.get("COEVOLVE_STORE"), os.environ.pop("COEVOLVE_SERVE_URL", None)
-    os.environ["COEVOLVE_STORE"] = str(store_dir)
-    try:
-        yield start_serving(cfg, store_dir)
-    finally:
-        stop_serving(store_dir)
-        if old[0] is None:
-            os.environ.pop("COEVOLVE_STORE", None)
-        else:
-            os.environ["COEVOLVE_STORE"] = old[0]
-        if old[1] is not None:
-            os.environ["COEVOLVE_SERVE_URL"] = old[1]
+    with serving(cfg, store_dir) as state:
+        yield state
 
 
 def bounded(harness, decoding: dict):

@@ -32,6 +32,7 @@ from coevolve.agents.fit import (
 )
 from coevolve.agents.transcript import payload_from_messages, payload_message
 from coevolve.services.gateway import Gateway
+from tests.helpers import serving
 from tests.lifecycle_fixtures import tiny_model  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -565,8 +566,6 @@ def served_tiny_6k(tmp_path_factory, tiny_model, ray_session):
     from coevolve.services.serving.app import (
         apply_serve_env_defaults,
         load_serve_config,
-        start_serving,
-        stop_serving,
     )
     from coevolve.store.store import HarnessStore
 
@@ -580,18 +579,8 @@ def served_tiny_6k(tmp_path_factory, tiny_model, ray_session):
     cfg = load_serve_config(REPO / "deploy/serve/cpu-tiny.yaml", [
         "port=0", f"models.0.source={model}", "models.0.lora=false", "models.0.engine.max_model_len=6144",
         "models.0.engine.max_num_batched_tokens=6144", "ready_timeout_s=900"])
-    old = os.environ.get("COEVOLVE_STORE"), os.environ.pop("COEVOLVE_SERVE_URL", None)
-    os.environ["COEVOLVE_STORE"] = str(store_dir)
-    try:
-        yield start_serving(cfg, store_dir)
-    finally:
-        stop_serving(store_dir)
-        if old[0] is None:
-            os.environ.pop("COEVOLVE_STORE", None)
-        else:
-            os.environ["COEVOLVE_STORE"] = old[0]
-        if old[1] is not None:
-            os.environ["COEVOLVE_SERVE_URL"] = old[1]
+    with serving(cfg, store_dir) as state:
+        yield state
 
 
 @pytest.mark.slow

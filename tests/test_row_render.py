@@ -38,6 +38,7 @@ import pytest
 from coevolve.agents.executor import Executor, assistant_positions
 from coevolve.services.gateway import Gateway
 from coevolve.values import FailureLocus, Harness, TaskInstance, Trajectory
+from tests.helpers import serving
 from tests.lifecycle_fixtures import tiny_model, tiny_tokenizer  # noqa: F401 - fixtures
 
 REPO = Path(__file__).resolve().parent.parent
@@ -430,8 +431,6 @@ def served_tiny(tmp_path_factory, tiny_model, ray_session):
     from coevolve.services.serving.app import (
         apply_serve_env_defaults,
         load_serve_config,
-        start_serving,
-        stop_serving,
     )
     from coevolve.store.store import HarnessStore
 
@@ -443,18 +442,8 @@ def served_tiny(tmp_path_factory, tiny_model, ray_session):
         ["port=0", f"models.0.source={tiny_model}", "models.0.engine.max_model_len=2048",
          "models.0.engine.max_num_batched_tokens=2048", "ready_timeout_s=900"],
     )
-    old = os.environ.get("COEVOLVE_STORE"), os.environ.pop("COEVOLVE_SERVE_URL", None)
-    os.environ["COEVOLVE_STORE"] = str(store_dir)
-    try:
-        yield start_serving(cfg, store_dir)
-    finally:
-        stop_serving(store_dir)
-        if old[0] is None:
-            os.environ.pop("COEVOLVE_STORE", None)
-        else:
-            os.environ["COEVOLVE_STORE"] = old[0]
-        if old[1] is not None:
-            os.environ["COEVOLVE_SERVE_URL"] = old[1]
+    with serving(cfg, store_dir) as state:
+        yield state
 
 
 @pytest.mark.slow

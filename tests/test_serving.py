@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from coevolve.services.serving.app import apply_serve_env_defaults
+from tests.helpers import serving
 from tests.lifecycle_fixtures import (
     tiny_model,  # noqa: F401 - fixture
     write_rows,
@@ -108,7 +108,7 @@ def test_local_lora_filesystem_patch(tmp_path):
 @pytest.fixture(scope="module")
 def served_tiny(tmp_path_factory, tiny_model, ray_session):
     """One vLLM server (tiny model, LoRA on) for the module, with its state file in a fresh store."""
-    from coevolve.services.serving.app import load_serve_config, start_serving, stop_serving
+    from coevolve.services.serving.app import load_serve_config
     from coevolve.store.store import HarnessStore
 
     store_dir = tmp_path_factory.mktemp("serve-store")
@@ -117,19 +117,8 @@ def served_tiny(tmp_path_factory, tiny_model, ray_session):
         REPO / "deploy/serve/cpu-tiny.yaml",
         ["port=0", f"models.0.source={tiny_model}", "ready_timeout_s=900"],
     )
-    old = os.environ.get("COEVOLVE_STORE"), os.environ.pop("COEVOLVE_SERVE_URL", None)
-    os.environ["COEVOLVE_STORE"] = str(store_dir)
-    try:
-        state = start_serving(cfg, store_dir)
+    with serving(cfg, store_dir) as state:
         yield {"store": store, "state": state, "base": tiny_model}
-    finally:
-        stop_serving(store_dir)
-        if old[0] is None:
-            os.environ.pop("COEVOLVE_STORE", None)
-        else:
-            os.environ["COEVOLVE_STORE"] = old[0]
-        if old[1] is not None:
-            os.environ["COEVOLVE_SERVE_URL"] = old[1]
 
 
 def _ask(model: str, row: dict, **kw):
