@@ -205,3 +205,105 @@ def test_the_whole_matrix_runs_at_size_0_with_synthetic_models(tmp_path, monkeyp
         trajs = store.get_trajectories(run.run_id, batch=key)
         assert len(trajs) == 50  # the whole test split, once
         assert all(t.instance.id.endswith(":size=0") for t in trajs)
+
+
+# ------------------------------------------------------------------------ one configuration tree
+def test_the_run_profile_and_the_experiment_share_their_sections():
+    from coevolve.config import DataSection, EvolveSection, RunProfile, TrainSection
+
+    for name, section in (("evolve", EvolveSection), ("data", DataSection), ("train", TrainSection)):
+        assert RunProfile.model_fields[name].annotation is section
+        assert ExperimentConfig.model_fields[name].annotation is section
+    # one default for evolution iterations, the one the co-evolution's settings have
+    from coevolve.agents.meta.coevolve import CycleSettings
+
+    assert EvolveSection().iterations == CycleSettings.__dataclass_fields__["evolve_iterations"].default == 4
+    assert load_config(EXPERIMENT).evolve.iterations == 8  # the shipped experiment writes its own
+
+
+def test_every_field_of_the_tree_is_described():
+    from pydantic import BaseModel
+
+    from coevolve.config import RunProfile
+
+    def undescribed(model: type[BaseModel]) -> list[str]:
+        out = []
+        for name, field in model.model_fields.items():
+            if not field.description:
+                out.append(f"{model.__name__}.{name}")
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                out += undescribed(field.annotation)
+        return out
+
+    assert undescribed(RunProfile) + undescribed(ExperimentConfig) == []
+
+
+# (override, CycleSettings field, value): every field of the co-evolution's settings, from the profile
+PROFILE_TO_CYCLE = [
+    ("families=[iot, budget]", "families", ["iot", "budget"]), ("weak.model=synthetic/w2", "weak", "synthetic/w2"),
+    ("expert.model=synthetic/e2", "expert", "synthetic/e2"), ("judge.model=synthetic/j2", "judge", "synthetic/j2"),
+    ("proposer=synthetic/m2", "proposer", "synthetic/m2"), ("budget.cycles=5", "cycles", 5),
+    ("budget.plateau=4", "plateau", 4), ("budget.rollouts=77", "rollouts", 77), ("budget.usd=3.5", "usd", 3.5),
+    ("budget.seconds=60", "seconds", 60.0), ("evolve.iterations=7", "evolve_iterations", 7),
+    ("evolve.rollouts=99", "evolve_rollouts", 99), ("evolve.val_n=9", "val_n", 9), ("evolve.val_seeds=3", "val_seeds", 3),
+    ("evolve.train_batch=11", "train_batch", 11), ("data.rows=13", "rows", 13), ("data.samples=5", "samples", 5),
+    ("data.k=6", "k", 6), ("repeats=4", "repeats", 4), ("alpha=0.05", "alpha", 0.05), ("seed=17", "seed", 17),
+]
+
+
+def test_the_cycle_settings_are_built_from_the_profile_field_by_field():
+    from coevolve.agents.meta.coevolve import CycleSettings
+    from coevolve.config import RunProfile, load_profile
+
+    assert sorted(f for _, f, _ in PROFILE_TO_CYCLE) == sorted(f.name for f in dataclasses.fields(CycleSettings))
+    for override, field, value in PROFILE_TO_CYCLE:
+        settings = load_profile("local", [override]).cycle_settings()
+        assert getattr(settings, field) == value, override
+    # at the defaults the tree and the agents' dataclass agree
+    plain = RunProfile()
+    assert plain.cycle_settings() == CycleSettings(families=plain.families, weak="synthetic/weak", expert="synthetic/expert",
+                                                   judge="synthetic/judge", proposer="synthetic/meta")
+
+
+@pytest.mark.parametrize("overrides", [[], ["params.size=0", "evolve.val_n=500"]])
+def test_the_experiments_evolve_and_dataset_configs_are_journalled_as_before(overrides):
+    """What the experiment built by hand before the tree built them: equal, so its runs' configs are too."""
+    from coevolve.agents.correction import BuildConfig
+    from coevolve.agents.meta.loop import Budget, EvolveConfig
+    from coevolve.tasks import get_family
+
+    cfg = load_config(EXPERIMENT, ["families=[iot]", *overrides])
+    family = get_family("iot")
+    by_hand = EvolveConfig(family=family.name, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed,
+                           val_n=min(cfg.evolve.val_n, family.split_sizes["val"]), val_seeds=cfg.evolve.val_seeds,
+                           budget=Budget(iterations=cfg.evolve.iterations, rollouts=cfg.evolve.rollouts), params=dict(cfg.params))
+    built = cfg.evolve.evolve_config(family, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed, params=cfg.params)
+    assert json.dumps(built.to_json(), sort_keys=True) == json.dumps(by_hand.to_json(), sort_keys=True)
+    for arm in ("imitation", "correction"):
+        bc = BuildConfig(arm, "iot", cfg.weak, cfg.expert, cfg.judge, rows=cfg.data.rows, samples=cfg.data.samples,
+                         k=cfg.data.k, seed=cfg.seed)
+        assert cfg.data.build_config(arm, "iot", model=cfg.weak, expert=cfg.expert, judge=cfg.judge, seed=cfg.seed) == bc
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("a..b=1", "override 'a..b=1' is not key=value"),
+        ("=1", "override '=1' is not key=value"),
+        (".seed=1", "override '.seed=1' is not key=value"),
+        ("seed", "override 'seed' is not key=value"),
+        ("families=[iot", "override 'families=[iot': the value is not valid YAML"),
+        ("seed.x=1", "override 'seed.x=1': seed is not a mapping"),
+        ("nosuch=1", "{what}: nosuch: no such field (fields: name, families, "),
+        ("evolve.nosuch=1", "{what}: evolve.nosuch: no such field (fields: iterations, rollouts, val_n, val_seeds, train_batch)"),
+        ("train.backend=torch", "{what}: train.backend: String should match pattern"),
+    ],
+)
+def test_profiles_and_experiments_refuse_a_bad_override_in_the_same_line(override, message):
+    from coevolve.config import load_profile
+
+    for what, load in (("profile", lambda o: load_profile("local", o)), ("experiment config", lambda o: load_config(EXPERIMENT, o))):
+        with pytest.raises(ValueError) as e:
+            load([override])
+        assert str(e.value).startswith(message.format(what=what)), str(e.value)
+        assert "\n" not in str(e.value)
