@@ -124,6 +124,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import PurePosixPath
 
+from coevolve.settings import environment, variable
 from coevolve.text import bounded
 
 _AST_LOCK = threading.Lock()
@@ -154,8 +155,8 @@ BOX_WORK = "/sandbox"  # the sandbox's tmpfs, as seen inside
 WORK_MB = 256  # size of that tmpfs (files a run may write; its outputs are memfds, outside it)
 MAX_STOPPED_CHARS = 2_000  # `SandboxResult.stopped` is cut to this (head and tail kept, with a marker)
 MAX_MESSAGE_CHARS = 2_000  # and each test's message
-WEAK_ENV = "COEVOLVE_SANDBOX_WEAK"
-PER_RUN_ENV = "COEVOLVE_SANDBOX_PER_RUN"
+WEAK_ENV = variable("sandbox_weak")
+PER_RUN_ENV = variable("sandbox_per_run")
 
 
 @dataclass(frozen=True)
@@ -1365,11 +1366,11 @@ _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC"}  # all a sandbo
 
 
 def _weak() -> bool:
-    return os.environ.get(WEAK_ENV, "") == "1"
+    return environment().sandbox_weak == "1"
 
 
 def _per_run() -> bool:
-    return os.environ.get(PER_RUN_ENV, "") == "1"
+    return environment().sandbox_per_run == "1"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Everything that serves or trains (docs/ARCHITECTURE.md §2, floor 9): the litellm gateway
+"""Everything that serves or trains (docs/ARCHITECTURE.md §2, floor 10): the litellm gateway
 (`gateway`, `providers`, `secrets`), role context windows (`context_windows`), Ray actor pools and the
 Ray backend (`pools`), the Ray Serve vLLM app and local model folders (`serving`), the LoRA job
 (`training`), logs (`logs`), the fault-injecting proxy (`fault_proxy`). Import the modules: each loads
