@@ -255,7 +255,7 @@ def _with_marker(marker: str) -> list[int]:
 
 def _sandbox_leftovers() -> list[int]:
     """Processes of the persistent sandbox other than its fork server (none may outlive a run)."""
-    proc = sandbox._Zygote._proc
+    proc = sandbox.server._Zygote._proc
     if proc is None or proc.poll() is not None:
         return []
     parent: dict[int, int] = {}
@@ -288,7 +288,7 @@ def host():
 
     old = os.environ.get("COEVOLVE_TEST_FAKE_KEY")
     os.environ["COEVOLVE_TEST_FAKE_KEY"] = FAKE_KEY
-    sandbox._Zygote.reset()  # the next sandbox starts from a parent that holds the key
+    sandbox.server._Zygote.reset()  # the next sandbox starts from a parent that holds the key
     top = tempfile.mkdtemp(prefix="coevolve-sandbox-test-")
     os.chmod(top, 0o755)
     store = os.path.join(top, "store")
@@ -323,7 +323,7 @@ def host():
         os.environ.pop("COEVOLVE_TEST_FAKE_KEY", None)
     else:
         os.environ["COEVOLVE_TEST_FAKE_KEY"] = old
-    sandbox._Zygote.reset()
+    sandbox.server._Zygote.reset()
 
 
 def _source(snippet: str, host: dict, marker: str) -> str:
@@ -460,10 +460,10 @@ print("FOUND", found)
 
 def test_the_fork_server_survives_and_is_reused(host):
     sandbox.run_tests({"t/test_ok.py": "def test_ok():\n    pass\n"}, ["t/test_ok.py"])
-    before = sandbox._Zygote._proc
+    before = sandbox.server._Zygote._proc
     result, _ = _run_case("attack_fork_server", "run_python", host)
     assert "PTRACE -1" in result.stderr and "UNSHARE -1" in result.stderr
-    assert sandbox._Zygote._proc is before and before is not None and before.poll() is None
+    assert sandbox.server._Zygote._proc is before and before is not None and before.poll() is None
     assert sandbox.run_tests({"t/test_ok.py": "def test_ok():\n    pass\n"}, ["t/test_ok.py"]).all_passed
 
 
@@ -477,7 +477,7 @@ def test_one_sandbox_per_run_mode_contains_too(name, host, monkeypatch):
 
 # ---------------------------------------------------------------------------- no bwrap, no run
 def test_without_bwrap_model_code_is_refused_unless_weak_mode_is_asked_for(monkeypatch):
-    monkeypatch.setattr(sandbox, "_box_plan", lambda: "bwrap is not installed (test)")
+    monkeypatch.setattr(sandbox.box, "_box_plan", lambda: "bwrap is not installed (test)")
     monkeypatch.delenv(sandbox.WEAK_ENV, raising=False)
     files = {"t/test_ok.py": "def test_ok():\n    assert True\n"}
     with pytest.raises(sandbox.SandboxError, match="bwrap is not installed"):
@@ -492,20 +492,20 @@ def test_without_bwrap_model_code_is_refused_unless_weak_mode_is_asked_for(monke
     assert r.stopped and "filesystem" in r.stopped and not os.path.exists("/tmp/coevolve_weak_escape.txt")
     r = sandbox.run_graded_tests(GRADED_PKG, GRADED_TESTS)  # runs, though its verdicts are not protected here
     assert [t.outcome for t in r.tests].count("passed") == 4 and r.isolation[0] == "weak"
-    sandbox._Zygote.reset()
+    sandbox.server._Zygote.reset()
 
 
 def test_a_sandbox_that_cannot_start_raises(monkeypatch):
-    plan = sandbox._box_plan()
+    plan = sandbox.box._box_plan()
     assert not isinstance(plan, str), plan
-    broken = sandbox._Plan(plan.kind, ("/bin/false",), plan.work, plan.user, plan.layers)
-    monkeypatch.setattr(sandbox, "_box_plan", lambda: broken)
+    broken = sandbox.box._Plan(plan.kind, ("/bin/false",), plan.work, plan.user, plan.layers)
+    monkeypatch.setattr(sandbox.box, "_box_plan", lambda: broken)
     monkeypatch.delenv(sandbox.WEAK_ENV, raising=False)
-    sandbox._Zygote.reset()
+    sandbox.server._Zygote.reset()
     with pytest.raises(sandbox.SandboxError, match="cannot start"):
         sandbox.run_python({"a.py": "print(1)\n"}, "a.py")
-    sandbox._Zygote.reset()
-    sandbox._Zygote.failures = 0
+    sandbox.server._Zygote.reset()
+    sandbox.server._Zygote.failures = 0
 
 
 # ------------------------------------------------------------------------------------------ benign
@@ -544,12 +544,12 @@ def test_runs_share_nothing_and_the_server_restarts_when_it_dies():
              "t/test_b.py": "import os\n\n\ndef test_b():\n    assert not os.path.exists('mark.txt')\n"}
     assert sandbox.run_tests(files, ["t/test_a.py"]).all_passed
     assert sandbox.run_tests(files, ["t/test_b.py"]).all_passed
-    proc = sandbox._Zygote._proc
+    proc = sandbox.server._Zygote._proc
     assert proc is not None
     proc.kill()
     proc.wait()
     assert sandbox.run_tests(files, ["t/test_b.py"]).all_passed
-    assert sandbox._Zygote._proc is not proc
+    assert sandbox.server._Zygote._proc is not proc
 
 
 def test_printing_fake_results_does_not_forge_a_pass():
