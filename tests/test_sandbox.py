@@ -1,4 +1,4 @@
-"""The sandbox for model-written code contains hostile code (coevolve/sandbox/__init__.py).
+"""The sandbox for model-written code contains hostile code (coevolve/sandbox/).
 
 Every hostile snippet runs through `run_python` and through `run_tests` (as the body of a test function),
 and each case asserts on effects on the host: the file outside was not written, the secret and the fake
