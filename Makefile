@@ -30,8 +30,9 @@ sandbox:
 demo: $(STAMP) sandbox
 	$(BIN)/coevolve run local
 
-# `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each: about 15
-# minutes on 2 cores (2,034 tests, 862 s of pytest on a quiet machine, 2026-12-03).
+# `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each: about 20
+# minutes on 2 cores (2,091 tests, 1,408 s of pytest on 2026-12-03, a slower day: the same files ran
+# 154.7 s before the one-package move and 146.1 s after it; since then ~110 s more moved to test-slow).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:

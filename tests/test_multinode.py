@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY, SPLIT, MODEL, SEED, ROLLOUTS = "iot", "train", "synthetic/weak", 7, 60
 EXECUTOR_NODES = 2
@@ -31,6 +33,7 @@ STARTUP_TIMEOUT_RC = 75  # the scenario's exit status when a Ray node did not co
 SCENARIO_TIMEOUT_S = 480  # guards against a hang; on 2 idle cores the scenario takes ~1.5 min
 
 
+@pytest.mark.slow  # ~1 min; make test keeps the rollout and role pools' lost-actor tests (test_pool, test_role_pool)
 def test_executors_spread_roles_placed_and_a_node_loss_loses_no_rollout(tmp_path):
     from coevolve.codec import decode
     from coevolve.tasks import get_family
@@ -71,7 +74,7 @@ def test_executors_spread_roles_placed_and_a_node_loss_loses_no_rollout(tmp_path
 
 
 def test_placement_options_are_checked_before_any_actor_starts():
-    import pytest
+
 
     from coevolve.services.pools.base import avoiding
     from coevolve.services.pools.roles import RolePool

@@ -72,7 +72,7 @@ def test_continue_spends_the_budget_where_stop_stops(tmp_path):
     assert cont.harness_id == stop.harness_id == IOT.baseline_harness().id
 
 
-@pytest.mark.parametrize("crash_at", [3, 14])
+@pytest.mark.parametrize("crash_at", [3, pytest.param(14, marks=pytest.mark.slow)])  # make test: one crash point
 def test_a_killed_continue_run_resumes_to_the_same_harness(tmp_path, crash_at):
     cfg = config(on_plateau="continue", plateau=1, val_n=12, budget=Budget(iterations=50, rollouts=450))
     reference, _ = make_loop(tmp_path / "ref", cfg)

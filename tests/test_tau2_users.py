@@ -78,21 +78,21 @@ def test_the_detector_finds_the_issues_stage_directions() -> None:
     assert any("do not reveal it to the agent" in f for f in found[("retail", "12")])
 
 
-def test_no_stage_direction_is_ever_said() -> None:
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # make test: one seed
+def test_no_stage_direction_is_ever_said(seed: int) -> None:
     from coevolve.tasks.tau2.users import first_person
 
     checked = 0
     for domain, tid, sc in all_scenarios():
         directions = stage_directions(sc)
-        for seed in (0, 1):
-            said = talk(sc, seed, PROBE)
-            for line in said:
-                assert not re.search(r"\bagent\b|insist|persist|reveal", line, re.IGNORECASE), (domain, tid, line)
-                for frag in directions:
-                    for form in (frag, first_person(frag)):
-                        assert norm(form) not in norm(line), (domain, tid, frag, line)
-                        checked += 1
-    assert checked > 1000
+        said = talk(sc, seed, PROBE)
+        for line in said:
+            assert not re.search(r"\bagent\b|insist|persist|reveal", line, re.IGNORECASE), (domain, tid, line)
+            for frag in directions:
+                for form in (frag, first_person(frag)):
+                    assert norm(form) not in norm(line), (domain, tid, frag, line)
+                    checked += 1
+    assert checked > 500
 
 
 def test_the_opening_says_what_the_customer_wants() -> None:
