@@ -394,10 +394,7 @@ def experiment_paper(
 
         check_token(address)
         check_reachable(address)
-    if config:
-        from coevolve.config import read_config_file
-
-        read_config_file(config, "experiment config")  # a huge or aliased file: refused before PyYAML spends minutes on it
+    # load_config refuses a huge or aliased file before PyYAML spends minutes on it
     cfg = load_config(config, overrides or ()) if config else ExperimentConfig()
     stage = _Stage(not as_json)
     out = run_experiment(cfg, store, resume=resume, address=address,
