@@ -154,11 +154,11 @@ class EvolveSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     iterations: int = Field(
         4, ge=1, le=MAX_CYCLES,
-        description="harness-evolution iterations. The one default is 4, the value the co-evolution's settings"
-        " and the run profiles had (the experiment config had a second one, 8, which the shipped experiment,"
-        " deploy/experiments/synthetic.yaml, writes out); every shipped profile and experiment sets its own")
+        description="harness-evolution steps at most (a step: one parent, its proposals raced, the guard fed); the"
+        " rollout budget ends the search first when it is the smaller; every shipped profile and experiment sets its own")
     rollouts: int = Field(1500, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
-    val_n: int = Field(30, ge=1, le=MAX_SIZE, description="validation instances (at most the family's val split)")
+    val_n: int = Field(30, ge=1, le=MAX_SIZE, description="validation instances the search compares candidates on (at"
+                       " most the family's val split less a third, which the release guard draws its fresh pairs from)")
     val_seeds: int = Field(2, ge=1, le=MAX_SIZE, description="seeds each validation instance is evaluated at")
     train_batch: int = Field(20, ge=1, le=MAX_SIZE, description="train instances an iteration collects failures from")
 
@@ -166,9 +166,10 @@ class EvolveSection(BaseModel):
                       params: dict[str, Any]) -> EvolveConfig:
         """The settings of one evolution of `family` (a TaskFamily) around `model`."""
         from coevolve.agents.meta.loop import Budget, EvolveConfig
+        from coevolve.agents.meta.race import search_val_n
 
         return EvolveConfig(family=family.name, model=model, proposer=proposer, seed=seed, train_batch=self.train_batch,
-                            val_n=min(self.val_n, family.split_sizes["val"]), val_seeds=self.val_seeds,
+                            val_n=search_val_n(self.val_n, family.split_sizes["val"]), val_seeds=self.val_seeds,
                             budget=Budget(iterations=self.iterations, rollouts=self.rollouts), params=dict(params))
 
 

@@ -9,6 +9,7 @@ mutates after construction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, is_dataclass, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from coevolve.codec import OMIT_DEFAULT, content_id, register
@@ -109,8 +110,9 @@ class Harness:
     max_turns: int = 24
     decoding: DecodingPolicy = field(default=DecodingPolicy(), metadata={OMIT_DEFAULT: True})
 
-    @property
+    @cached_property
     def id(self) -> str:
+        """The sha256 of the canonical encoding (computed once: a harness is immutable)."""
         return content_id(self)
 
     def section(self, name: str) -> PromptSection | None:

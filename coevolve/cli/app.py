@@ -146,12 +146,13 @@ def evolve_cmd(
     model: Annotated[str, typer.Option("--model", help="the weak model the harness is evolved for")] = "synthetic/weak",
     proposer: Annotated[str, typer.Option("--proposer", help="expert model that proposes edits")] = "synthetic/meta",
     budget_rollouts: Annotated[int, typer.Option("--budget-rollouts")] = 2000,
-    budget_iterations: Annotated[int, typer.Option("--budget-iterations")] = 12,
+    budget_iterations: Annotated[int, typer.Option("--budget-iterations", help="steps (race) or iterations (loop) at most")] = 1000,
     budget_tokens: Annotated[int, typer.Option("--budget-tokens", help="proposer tokens")] = 2_000_000,
     budget_usd: Annotated[float, typer.Option("--budget-usd")] = 25.0,
     budget_seconds: Annotated[float, typer.Option("--budget-seconds")] = 4 * 3600.0,
     train_batch: Annotated[int, typer.Option("--train-batch")] = 20,
-    val_n: Annotated[int, typer.Option("--val-n")] = 50,
+    val_n: Annotated[int, typer.Option("--val-n", help="val instances the search compares on (race: the rest of the val split is the release guard's)")] = 30,
+    search: Annotated[str, typer.Option("--search", help="race: pool, racing and guarded release; loop: the paired sign-test loop")] = "race",
     candidates: Annotated[int, typer.Option("--candidates", help="edits proposed per iteration")] = 3,
     rule: Annotated[str, typer.Option("--rule", help="acceptance rule: sign or bootstrap")] = "sign",
     alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
@@ -196,6 +197,12 @@ def evolve_cmd(
         fam = get_family(family)
         if not 1 <= val_n <= fam.split_sizes["val"]:
             raise UsageError(f"--val-n must be in 1..{fam.split_sizes['val']} (the val split of {family}), got {val_n}")
+        from coevolve.agents.meta.loop import SEARCHES
+
+        if search not in SEARCHES:
+            raise UsageError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
+        if not 0 < alpha < 1:
+            raise UsageError(f"--alpha must be in (0, 1), got {alpha}")
         validate_model(model)
         validate_model(proposer)
         import math
@@ -227,8 +234,15 @@ def evolve_cmd(
         config = EvolveConfig(
             family=family, model=model, proposer=proposer, seed=seed, train_batch=train_batch, val_n=val_n,
             candidates=candidates, rule=rule, alpha=alpha, plateau=plateau, on_plateau=on_plateau, screen=screen, early_stop=not no_early_stop,
-            val_seeds=val_seeds, handbook=not no_handbook, budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
+            val_seeds=val_seeds, handbook=not no_handbook, search=search,
+            budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
         )
+        from coevolve.agents.meta.race import validate_search
+
+        try:
+            validate_search(config, fam.split_sizes["val"])
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     from coevolve.cli.display import EvolveProgress
     from coevolve.jobs import stop_on_signals
 

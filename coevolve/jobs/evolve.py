@@ -61,14 +61,14 @@ def _evolve(
 ) -> dict[str, Any]:
     """The evolution loop on `pool`, then the evolved harness's alias and the run's record."""
     from coevolve.agents.fit import evolve_cut_note
-    from coevolve.agents.meta import HarnessEvolution, LLMProposer
+    from coevolve.agents.meta import LLMProposer, make_evolution
     from coevolve.services.pools.rollouts import PoolEvaluator
     from coevolve.tasks import get_family
 
     handbook = get_family(config.family).handbook if config.handbook else None
     proposer = LLMProposer(config.proposer, lambda m, msgs, tools, seed: gateway.complete(m, msgs, tools, seed=seed), handbook,
                              windows=gateway.budget)
-    loop = HarnessEvolution(config, PoolEvaluator(pool), proposer, store, run_id, on_progress=on_progress)
+    loop = make_evolution(config, PoolEvaluator(pool), proposer, store, run_id, on_progress=on_progress)
     try:
         result = loop.run(resume=resumed)
     except BaseException as e:

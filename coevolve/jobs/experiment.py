@@ -176,7 +176,7 @@ class Experiment:
             self._cell(key, lambda m=model, h=harnesses[label], k=key: self._evaluate(instances, h, m, k))
 
     def _evolve(self, family: Any) -> dict[str, Any]:
-        from coevolve.agents.meta import HarnessEvolution, LLMProposer
+        from coevolve.agents.meta import LLMProposer, make_evolution
         from coevolve.services.pools.rollouts import PoolEvaluator
 
         cfg = self.cfg
@@ -185,7 +185,7 @@ class Experiment:
         gateway = self.gateway
         proposer = LLMProposer(cfg.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), family.handbook,
                                  windows=gateway.budget)
-        r = HarnessEvolution(ec, PoolEvaluator(self.pool), proposer, self.store, rid).run()
+        r = make_evolution(ec, PoolEvaluator(self.pool), proposer, self.store, rid).run()
         self.store.finish_run(rid, "done", {"harness_id": r.harness_id})
         return {"harness_id": r.harness_id, "run_id": rid, "val": [r.baseline_val, r.evolved_val],
                 "accepted": r.accepted, "rollouts": r.rollouts_used, "spend": r.spend}

@@ -6,6 +6,7 @@ Pure logic (no Ray): rollouts come through an `Evaluator`, model calls through a
 from coevolve.agents.meta.acceptance import BootstrapTest, PairedResult, SignTest, make_rule
 from coevolve.agents.meta.loop import Budget, EvolveConfig, EvolveResult, HarnessEvolution
 from coevolve.agents.meta.proposer import LLMProposer, Proposal
+from coevolve.agents.meta.race import RaceEvolution, make_evolution
 
 __all__ = [
     "BootstrapTest",
@@ -16,6 +17,8 @@ __all__ = [
     "LLMProposer",
     "PairedResult",
     "Proposal",
+    "RaceEvolution",
     "SignTest",
+    "make_evolution",
     "make_rule",
 ]

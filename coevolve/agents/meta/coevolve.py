@@ -218,11 +218,12 @@ class CoEvolution:
 
     # ------------------------------------------------------------------ the steps
     def _evolve(self, family: Any, start: Harness, model: str, cycle: int) -> dict[str, Any]:
-        from coevolve.agents.meta.loop import Budget, EvolveConfig, HarnessEvolution
+        from coevolve.agents.meta.loop import Budget, EvolveConfig
+        from coevolve.agents.meta.race import make_evolution, search_val_n
 
         s = self.s
         cfg = EvolveConfig(family=family.name, model=model, proposer=s.proposer, seed=s.seed + cycle,
-                           train_batch=s.train_batch, val_n=min(s.val_n, family.split_sizes["val"]), val_seeds=s.val_seeds,
+                           train_batch=s.train_batch, val_n=search_val_n(s.val_n, family.split_sizes["val"]), val_seeds=s.val_seeds,
                            alpha=s.alpha, budget=Budget(iterations=s.evolve_iterations, rollouts=s.evolve_rollouts))
         key = f"evolve:{family.name}:{cycle}"
         started = [e.payload for e in self.journal.events(self.run_id, "started") if e.payload["cell"] == key]
@@ -230,7 +231,7 @@ class CoEvolution:
         rid = started[-1]["run_id"] if started else self.journal.create_run("evolve", cfg.to_json())
         if not started:
             self.journal.append_event(self.run_id, "started", {"cell": key, "run_id": rid})
-        r = HarnessEvolution(cfg, _Counting(self), self.backend.proposer(family.name), self.journal, rid).run(resume=resume, start=start)
+        r = make_evolution(cfg, _Counting(self), self.backend.proposer(family.name), self.journal, rid).run(resume=resume, start=start)
         self.journal.finish_run(rid, "done", {"harness_id": r.harness_id})
         # the evolution stored (and so journaled) its rollouts in its run; its dollars beyond them are the proposer's
         proposer_usd = round(max(0.0, r.spend.get("usd", 0.0) - self.journal.rollout_spend([rid])[1]), 6)

@@ -95,6 +95,7 @@ class Spend:
 
 
 ON_PLATEAU = ("stop", "continue")
+SEARCHES = ("race", "loop")
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ class EvolveConfig:
     family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha, the old rule)
     on_plateau: str = "stop"  # after `plateau` iterations without an accept: "stop", or "continue" to the budget
     screen: int = 0  # > 0: a candidate reaches val only if it passes one of the first N train failures (0: off)
+    search: str = "race"  # "race": the racing search with guarded release (agents.meta.race); "loop": this loop
+    race_chunk: int = 2  # val pairs a child is raced on between two decisions (race), and guard pairs per batch
     budget: Budget = Budget()
     # family parameters of the train and val instances (e.g. {"size": 0, "difficulty": 1}); {} = the
     # family's defaults, and then left out of `to_json`, so a config journalled before it existed reads
@@ -124,13 +127,15 @@ class EvolveConfig:
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("train_batch", "val_n", "candidates", "chunk", "plateau", "evidence_failures", "val_seeds"):
+        for name in ("train_batch", "val_n", "candidates", "chunk", "race_chunk", "plateau", "evidence_failures", "val_seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 < self.alpha < 1:
             raise ValueError("alpha must be in (0, 1)")
         if self.screen < 0:
             raise ValueError(f"screen must be >= 0 (0: off), got {self.screen}")
+        if self.search not in SEARCHES:
+            raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {self.search!r}")
         if self.on_plateau not in ON_PLATEAU:
             raise ValueError(f"on_plateau must be one of {', '.join(ON_PLATEAU)}, got {self.on_plateau!r}")
         make_rule(self.rule, self.alpha)
@@ -143,12 +148,15 @@ class EvolveConfig:
             del out["on_plateau"]
         if self.screen == 0:  # off, as before the option: journalled as before it existed
             del out["screen"]
+        if self.search == "loop":  # the sign-test loop, journalled as before the racing search existed
+            del out["search"], out["race_chunk"]
         return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EvolveConfig:
-        """A config journalled before `family_wise` existed was decided per candidate: it resumes so."""
-        return cls(**{"family_wise": False, **d, "budget": Budget(**d["budget"])})
+        """A config journalled before `family_wise` existed was decided per candidate, and one journalled
+        before the racing search by this loop: it resumes so."""
+        return cls(**{"family_wise": False, "search": "loop", **d, "budget": Budget(**d["budget"])})
 
 
 class Evaluator(Protocol):
@@ -223,7 +231,8 @@ class HarnessEvolution:
         run_id: str,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
     ):
-        self.cfg = config
+        # this class runs the sign-test loop whatever `search` says, and journals so (make_evolution chooses)
+        self.cfg = config if type(self) is not HarnessEvolution else dataclasses.replace(config, search="loop")
         self.evaluator = evaluator
         self.proposer = proposer
         self.journal = journal
