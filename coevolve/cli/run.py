@@ -145,13 +145,14 @@ def _follow(actor: Any, run_id: str, quiet: bool) -> dict[str, Any]:
 
 
 def _panel(s: dict[str, Any]) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"coevolve run {s.get('run_id', '')}", show_header=False)
+    t = Table(title=escape(f"coevolve run {s.get('run_id', '')}"), show_header=False)
     spend, budget, work = s.get("spend") or {}, s.get("budget") or {}, s.get("work") or {}
-    t.add_row("stage", str(s.get("stage")))
-    t.add_row("family / cycle", f"{s.get('family', '-')} / {s.get('cycle', '-')}")
-    t.add_row("harness / adapter", f"{str(s.get('harness_id') or '-')[:12]} / {s.get('adapter') or '-'}")
+    t.add_row("stage", escape(str(s.get("stage"))))
+    t.add_row("family / cycle", escape(f"{s.get('family', '-')} / {s.get('cycle', '-')}"))
+    t.add_row("harness / adapter", escape(f"{str(s.get('harness_id') or '-')[:12]} / {s.get('adapter') or '-'}"))
     t.add_row("work", f"{work.get('rollouts', 0)} rollouts, {work.get('in_flight', 0)} in flight, {work.get('rollouts_per_s', 0)}/s")
     t.add_row("spend", f"{spend.get('rollouts', 0)}/{budget.get('rollouts', '-')} rollouts, ${spend.get('usd', 0)}/{budget.get('usd', '-')}, "
                        f"{spend.get('seconds', 0)}s/{budget.get('seconds', '-')}s")
@@ -159,16 +160,16 @@ def _panel(s: dict[str, Any]) -> Any:
 
 
 def _print_final(s: dict[str, Any]) -> None:
-    from coevolve.cli.display import console, testbed_notice
+    from coevolve.cli.display import console, escape, testbed_notice
 
     result = s.get("result") or {}
-    console.print(f"run {s.get('run_id')}: {s.get('stage')} ({result.get('stop_reason', s.get('error', ''))})")
+    console.print(escape(f"run {s.get('run_id')}: {s.get('stage')} ({result.get('stop_reason', s.get('error', ''))})"))
     for family, f in (result.get("families") or {}).items():
         test = f.get("test", {})
         cells = ", ".join(f"{k} {v['pass_at_1']:.1%} [{v['ci95'][0]:.0%}, {v['ci95'][1]:.0%}]" for k, v in test.items())
-        console.print(f"  {family}: {cells}; gain {f['gain'] * 100:+.1f} pts; adapter {f.get('adapter') or '-'}")
+        console.print(escape(f"  {family}: {cells}; gain {f['gain'] * 100:+.1f} pts; adapter {f.get('adapter') or '-'}"))
     if result.get("report"):
-        console.print(f"report: {result['report']['html']}")
+        console.print(escape(f"report: {result['report']['html']}"))
     testbed_notice()
     if s.get("train_backend") == "synthetic" and any(f.get("adapter") for f in (result.get("families") or {}).values()):
         from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES
