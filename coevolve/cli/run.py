@@ -58,6 +58,7 @@ def run_cmd(
     from coevolve.config import RunProfile, load_profile
     from coevolve.jobs import meta_agent, use_store, validate_model
     from coevolve.store.store import HarnessStore, is_fresh_store_dir
+    from coevolve.values import ModelRef
 
     if config and "=" in config:  # `coevolve run key=value` without a profile
         overrides, config = [config, *(overrides or [])], None
@@ -81,7 +82,9 @@ def run_cmd(
     else:
         profile = load_profile(config, overrides or ())
         for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer):
-            if not m.startswith("vllm/"):  # a vLLM model is served by the run's own serve config
+            if m.startswith("vllm/"):  # served by the run's own serve config: its form and adapter id checked here
+                ModelRef.parse(m)
+            else:
                 validate_model(m)
     if profile.address:
         check_token(profile.address)

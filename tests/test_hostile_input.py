@@ -1,10 +1,12 @@
-"""Model-written text (rationales, edit text, error text) is shown as text: rich markup in it never
-crashes a command, and HTML in it is never live in a Markdown report."""
+"""Hostile input: model-written text (rationales, edit text, error text) is shown as text, so rich markup
+in it never crashes a command and HTML in it is never live in a Markdown report; an adapter id in a
+model reference is a name, never a path."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -109,3 +111,57 @@ def test_harness_list_json_keeps_the_rationale_verbatim(tmp_path):
     s, hid = _store_with_hostile_lineage(tmp_path)
     r = invoke("harness", "list", "--store", s.root, "--json")
     assert r.exit_code == 0 and {h["id"]: h["rationale"] for h in json.loads(r.stdout)}[hid] == HOSTILE
+
+
+# ------------------------------------------------------------------------------ adapter ids
+@pytest.mark.parametrize("adapter", ["../../x", "a/b", ".hidden", "..", "a..b", "x" * 129, "a b", "a\nb"])
+def test_a_model_ref_whose_adapter_id_is_not_a_name_is_refused(adapter):
+    from coevolve.values import ModelRef
+
+    with pytest.raises(ValueError, match="adapter id .* must be letters, digits"):
+        ModelRef.parse(f"synthetic/weak@{adapter}")
+
+
+@pytest.mark.parametrize("adapter", ["a1", "syn-1", "lora_v2.3", "X" * 128])
+def test_a_model_ref_with_a_named_adapter_parses(adapter):
+    from coevolve.values import ModelRef
+
+    assert ModelRef.parse(f"vllm/m@{adapter}").adapter == adapter
+
+
+def test_an_adapter_id_with_dots_never_reads_outside_the_store(tmp_path, monkeypatch):
+    """A synthetic adapter planted outside the store, named through `../`, is refused before any path is
+    built from the id, by the check of a model and by the provider that would read it."""
+    from coevolve.jobs import validate_model
+    from coevolve.testbed.provider import load_synthetic_adapter
+
+    store = tmp_path / "store"
+    (store / "adapters").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "synthetic_adapter.json").write_text("{}")
+    monkeypatch.setenv("COEVOLVE_STORE", str(store))
+    with pytest.raises(ValueError, match="adapter id '../outside' must be"):
+        validate_model("synthetic/weak@../outside")
+    with pytest.raises(ValueError, match="adapter id '../outside' must be"):
+        load_synthetic_adapter("../outside")
+
+
+@pytest.mark.parametrize("argv", [
+    ("eval", "--model", "synthetic/weak@../../x"),
+    ("run", "local", "weak.model=vllm/m@../../x"),
+])
+def test_the_cli_refuses_an_adapter_path_in_one_error_line(tmp_path, monkeypatch, argv):
+    import coevolve.cluster.head
+    import coevolve.cluster.runtime
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bad input reached Ray")
+
+    monkeypatch.setattr(coevolve.cluster.runtime, "start_ray", refuse)
+    monkeypatch.setattr(coevolve.cluster.head, "ensure_local_head", refuse)
+    store = tmp_path / "store"
+    r = invoke(*argv, "--store", store)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "adapter id '../../x'" in lines[0], r.output
+    assert not store.exists()
