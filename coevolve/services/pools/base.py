@@ -18,12 +18,14 @@ from typing import Any, ClassVar
 
 import ray
 import structlog
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, OutOfMemoryError, RayActorError
 
 from coevolve.settings import environment, variable
 
 log = structlog.get_logger(role="pool")
-ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
+# What a call raises when its actor is lost. Ray's memory monitor kills the worker of an actor whose call
+# runs when the node runs low on memory: the call fails with OutOfMemoryError and the actor is gone.
+ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError, OutOfMemoryError)
 SCHEDULING = ("SPREAD", "DEFAULT")  # Ray scheduling strategies the pools accept by name
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its node id
 READY_TIMEOUT_ENV = variable("actor_ready_timeout_s")
