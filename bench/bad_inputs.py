@@ -249,6 +249,11 @@ CASES: tuple[Case, ...] = (
     C("run-profile-a-folder", "run", "{non_empty_dir}", *S, expect="not a regular file"),
     C("run-profile-huge", "run", "{yaml_huge}", *S, expect="over the 1,048,576 it may be"),
     C("run-profile-alias-bomb", "run", "{yaml_alias_bomb}", *S, expect="aliases"),
+    C("run-profile-duplicate-key", "run", "{yaml_duplicate_key}", *S, expect="duplicate key 'seed'"),
+    C("run-train-rank-999", "run", "local", "train.config.rank=999", *S, expect="train.config: rank"),
+    C("run-train-lr-1e30", "run", "local", "train.config.lr=1e30", *S, expect="train.config: lr"),
+    C("run-train-epochs-1e9", "run", "local", "train.config.epochs=1000000000", *S, expect="epochs must be at most"),
+    C("run-train-unknown-key", "run", "local", "train.config.nosuch=1", *S, expect="train.config: nosuch: no such field"),
     C("run-override-alias-bomb", "run", "local", f"params.x={_alias_bomb()}", *S, expect="not valid YAML"),
     C("run-store-is-a-file", "run", "local", *S, setup="file"),
     C("run-store-garbage-db", "run", "local", *S, setup="garbage_db"),
@@ -305,6 +310,7 @@ CASES: tuple[Case, ...] = (
     C("adapt-override-no-key", "adapt", "=x", *S, expect="override '=x' is not key=value"),
     C("adapt-unknown-train-field", "adapt", "no_such_field=1", *S, expect="train config: no_such_field"),
     C("adapt-epochs-huge", "adapt", "epochs=99999999999999999999", *S, expect="epochs must be at most"),
+    C("adapt-lr-1e30", "adapt", "lr=1e30", *S, expect="train config: lr"),
     C("adapt-seed-in-train-config-huge", "adapt", "seed=99999999999999999999", *S, expect="seed"),
     C("adapt-peft-without-base", "adapt", "--backend", "peft", *S, expect="--backend peft needs --base"),
     C("adapt-repeats-zero", "adapt", "--repeats", "0", *S, expect="--repeats must be positive"),
@@ -334,6 +340,9 @@ CASES: tuple[Case, ...] = (
     C("experiment-config-dev-zero", "experiment", "paper", "--config", "/dev/zero", *S, expect="not a regular file"),
     C("experiment-config-huge", "experiment", "paper", "--config", "{yaml_huge}", *S, expect="over the"),
     C("experiment-config-alias-bomb", "experiment", "paper", "--config", "{yaml_alias_bomb}", *S, expect="aliases"),
+    C("experiment-config-duplicate-key", "experiment", "paper", "--config", "{yaml_duplicate_key}", *S, expect="duplicate key"),
+    C("experiment-train-rank-999", "experiment", "paper", "--config", "{exp}", "train.config.rank=999", *S,
+      expect="train.config: rank"),
     C("experiment-config-a-list", "experiment", "paper", "--config", "{yaml_list}", *S),
     C("experiment-repeats-huge", "experiment", "paper", "--config", "{exp}", "repeats=99999999999", *S, expect="repeats"),
     C("experiment-override-bad-key", "experiment", "paper", "--config", "{exp}", "a..b=1", *S, expect="not key=value"),
@@ -465,6 +474,7 @@ INPUTS: dict[str, Callable[[], bytes]] = {
     "yaml_unknown_key": lambda: b"nosuch: 1\n",
     "yaml_nested": lambda: b"[" * 100_000,
     "yaml_alias_bomb": lambda: f"params:\n  x: {_alias_bomb()}\n".encode(),
+    "yaml_duplicate_key": lambda: b"seed: 1\nfamilies: [iot]\nseed: 2\n",
     "yaml_huge": lambda: b"families: [" + b"iot, " * (4 * 2**20) + b"iot]\n",  # 20 MiB
 }
 FOLDERS = ("non_empty_dir", "adapter_dir", "adapter_with_link", "adapter_with_fifo")
