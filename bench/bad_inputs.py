@@ -266,6 +266,7 @@ CASES: tuple[Case, ...] = (
     C("stop-unknown-run", "stop", "coevolve-x", *S, setup="store", expect="coevolve-x"),
     C("stop-no-store", "stop", "coevolve-x", *S, expect="no harness store at"),
     C("stop-missing-argument", "stop", *S, expect="Missing argument"),
+    C("stop-address", "stop", "{run}", "--address", "127.0.0.1:1", *S, setup="coevolve_stopping", expect="No such option: --address"),
     C("status-no-store", "status", *S, expect="no harness store at"),
     C("status-no-run", "status", *S, setup="store", expect="no coevolve run"),
     C("status-unknown-run", "status", "coevolve-x", *S, setup="store", expect="coevolve-x"),

@@ -43,7 +43,7 @@ def _latest_run(store: Path, run_id: str | None) -> str:
 
 def run_cmd(
     config: Annotated[str | None, typer.Argument(help="profile name (local, cpu, gpu-cluster) or YAML path")] = None,
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. budget.cycles=1 families='[iot]'")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. budget.cycles=1 families='\\[iot]'")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="continue a run from the store")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="start the run and return; watch it with monitor/status")] = False,
     store: StoreOpt = DEFAULT_STORE,
@@ -226,10 +226,10 @@ def status_cmd(
 
 def stop_cmd(
     run_id: Annotated[str, typer.Argument(help="the run to stop at its next safe point")],
-    address: Annotated[str | None, typer.Option("--address")] = None,
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:
-    """Stop a run at its next safe point (between steps; a resumed run continues from there)."""
+    """Stop a run at its next safe point (between steps; a resumed run continues from there). The request
+    is written in the store, where the run's meta-agent looks for it, so no Ray address is needed."""
     from coevolve.store.store import HarnessStore
 
     st = HarnessStore(store, create=False)
@@ -276,6 +276,7 @@ ROLE_OF_CLASS = {"MetaAgent": "meta-agent", "RolloutWorker": "executor", "RoleWo
 
 def _snapshot(run_id: str | None) -> list[Any]:
     import ray
+    from rich.markup import escape
     from rich.table import Table
 
     from coevolve.jobs import meta_agent
@@ -309,9 +310,9 @@ def _snapshot(run_id: str | None) -> list[Any]:
     t = Table(title="actors by role")
     t.add_column("role", no_wrap=True, min_width=max((len(r[0]) for r in rows), default=4))  # never cut: narrow terminals cut others
     for col in ("actor", "state", "restarts", "in flight", "done", "calls/s", "node", "pid"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold" if col in ("actor", "node") else "ellipsis")  # an id folds onto more lines, never cut
     for r in sorted(rows, key=lambda r: (r[0], r[1])):
-        t.add_row(*(str(x) for x in r))
+        t.add_row(*(escape(str(x)) for x in r))
     out: list[Any] = [t]
     for status in statuses:
         out.append(_panel(status))
@@ -322,7 +323,7 @@ def _snapshot(run_id: str | None) -> list[Any]:
                 p.add_column(col)
             for name, v in pools.items():
                 in_flight = sum(w["in_flight"] for w in v.get("actors", {}).values())
-                p.add_row(name, str(len(v.get("actors", {}))), str(in_flight), str(v.get("queued", 0)), str(v["replacements"]))
+                p.add_row(escape(name), str(len(v.get("actors", {}))), str(in_flight), str(v.get("queued", 0)), str(v["replacements"]))
             out.append(p)
     return out
 
