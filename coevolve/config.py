@@ -17,7 +17,7 @@ The shipped profiles:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -67,8 +67,7 @@ def check_seed(seed: Any) -> int:
     return seed
 
 
-# TrainConfig's fields that a typo turns into a training that never ends (coevolve.services.training bounds
-# them from below only)
+# TrainConfig's fields that a typo turns into a training that never ends (its fields bound them from below only)
 TRAIN_BOUNDS = {"epochs": MAX_CYCLES, "repeat": MAX_SIZE, "batch_size": MAX_SIZE, "num_workers": MAX_SIZE,
                 "max_seq_len": MAX_SIZE, "alpha": MAX_SIZE}
 
@@ -189,6 +188,46 @@ class DataSection(BaseModel):
         return BuildConfig(arm, family, model, expert, judge, rows=self.rows, samples=self.samples, k=self.k, seed=seed)
 
 
+class TrainConfig(BaseModel):
+    """LoRA SFT settings (pydantic, so YAML files and `key=value` overrides validate the same way): what
+    `coevolve.services.training` trains with; `TrainSection.config` and `coevolve adapt`'s overrides are
+    checked against it and `check_train_bounds`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(16, ge=1, le=256, description="LoRA rank r")
+    alpha: int = Field(32, ge=1, description="LoRA alpha")
+    dropout: float = Field(0.05, ge=0.0, lt=1.0, description="LoRA dropout")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="module names LoRA wraps (vLLM serves LoRA on these)",
+    )
+    lr: float = Field(1e-4, gt=0, le=1.0, description="AdamW learning rate (constant)")
+    epochs: int = Field(2, ge=1, description="passes over the rows; one checkpoint after each")
+    max_seq_len: int = Field(2048, ge=16, description="rows longer than this are truncated (loss too)")
+    batch_size: int = Field(1, ge=1, description="rows per optimizer step")
+    repeat: int = Field(1, ge=1, description="copies of the row set per epoch (small sets, memorising)")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int = 0
+    num_workers: int = Field(1, ge=1, description="Ray Train workers (data parallel)")
+    cpus_per_worker: float = Field(1.0, gt=0, le=MAX_RESOURCE, description="CPUs per Train worker; torch threads follow it")
+    use_gpu: bool = False
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="base weights' dtype (bfloat16 on GPUs; the LoRA weights train in float32)"
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _non_empty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("target_modules must name at least one module")
+        return v
+
+    def steps_per_epoch(self, n_rows: int) -> int:
+        per_worker = -(-n_rows * self.repeat // self.num_workers)
+        return -(-per_worker // self.batch_size)
+
+
 class TrainSection(BaseModel):
     """Adapter training: the `train` section of a run profile and of an experiment config."""
 
@@ -197,6 +236,24 @@ class TrainSection(BaseModel):
     base: str = Field("", description="peft: the weak model's base folder (empty: the weak model's ref)")
     use_gpu: bool = Field(False, description="train on GPUs (TrainConfig's use_gpu)")
     config: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields")
+
+    @field_validator("config")
+    @classmethod
+    def _train_config(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """`config` as `coevolve adapt` checks its overrides: a TrainConfig within `check_train_bounds`,
+        so a bad field is refused where it enters, not when a run reaches training."""
+        from pydantic_core import PydanticCustomError
+
+        try:
+            check_train_bounds(TrainConfig.model_validate(v))
+        except ValidationError as e:
+            first = e.errors()[0]
+            why = _unknown_field(TrainConfig, first) or first["msg"]
+            raise PydanticCustomError("train_config", "{field}: {why}",
+                                      {"field": ".".join(map(str, first["loc"])), "why": why}) from None
+        except ValueError as e:
+            raise PydanticCustomError("train_config", "{why}", {"why": str(e).removeprefix("train config: ")}) from None
+        return v
 
     def train_config(self) -> dict[str, Any]:
         """The TrainConfig fields a training gets: `config`, with `use_gpu` when it is set."""
@@ -258,9 +315,10 @@ def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str
     return load_config_file(RunProfile, path, overrides, "profile")
 
 
-class _NoAliases(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases: `*name` shares a node, and a few lines of nested aliases
-    expand to billions of values when a config is validated or dumped as JSON."""
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases (`*name` shares a node, and a few lines of nested aliases
+    expand to billions of values when a config is validated or dumped as JSON) and without duplicate keys
+    (PyYAML keeps the last silently: a setting written twice would be dropped unseen)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -268,13 +326,27 @@ class _NoAliases(yaml.SafeLoader):
             raise yaml.YAMLError(f"aliases (*{event.anchor}) are not allowed in a config, line {event.start_mark.line + 1}")
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: PyYAML refuses it below
+                continue
+            if duplicate:
+                raise yaml.YAMLError(f"duplicate key {key!r} on line {key_node.start_mark.line + 1}: each setting may be given once")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
 
 MAX_FLOW_DEPTH = 64  # brackets open at once in a config; PyYAML's time grows with the square of the depth
 
 
 def load_yaml(text: str) -> Any:
-    """YAML as configs and `key=value` overrides are read: safe, no aliases, at most `MAX_FLOW_DEPTH`
-    brackets deep (counted over the text, quoted ones too: 100,000 `[` took PyYAML 28 s to refuse)."""
+    """YAML as configs and `key=value` overrides are read: safe, no aliases, no duplicate keys, at most
+    `MAX_FLOW_DEPTH` brackets deep (counted over the text, quoted ones too: 100,000 `[` took PyYAML 28 s
+    to refuse)."""
     import re
 
     depth = 0
@@ -282,7 +354,7 @@ def load_yaml(text: str) -> Any:
         depth = depth + 1 if m.group() in "[{" else max(0, depth - 1)
         if depth > MAX_FLOW_DEPTH:
             raise yaml.YAMLError(f"nested more than {MAX_FLOW_DEPTH} brackets deep")
-    return yaml.load(text, Loader=_NoAliases)  # a SafeLoader subclass
+    return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader subclass
 
 
 def read_config_file(path: str | Path, what: str) -> Any:

@@ -31,6 +31,9 @@ class Environment(BaseModel):
                            "routes); unset: the one `coevolve serve` recorded in the store")
     secrets_file: str = Field("", description="KEY=VALUE file of provider keys, loaded without overriding "
                               "the environment (unset: ~/.config/coevolve/secrets.env)")
+    worker_secrets: str = Field("", description="the key under which a job put the settings that may hold a "
+                                "secret in the Ray cluster's key-value store; its actors load them at start instead "
+                                "of getting them in their runtime_env (set for the actors by the jobs)")
     retry: str = Field("", description='the gateway\'s retry policy, e.g. "attempts=8,backoff_s=0.05" '
                        "(unset: 4 attempts)")
     constrained_models: str = Field("", description="comma-separated litellm models that take a json_schema "
@@ -63,6 +66,11 @@ class Environment(BaseModel):
                                  "customer, which is not comparable with tau2)")
     tau2_user_args: str = Field("", description="JSON object of litellm arguments for that customer, e.g. "
                                 '{"api_base": "..."}')
+
+
+# Settings whose value may carry a key (litellm arguments, a URL with credentials): never in a Ray
+# runtime_env, which Ray writes to its logs; a job hands them to its actors through `worker_secrets`.
+SECRET_BEARING = ("serve_url", "tau2_user_args")
 
 
 def variable(field: str) -> str:

@@ -8,6 +8,7 @@ mutates after construction.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, is_dataclass, replace
 from functools import cached_property
 from typing import Any, Literal
@@ -239,6 +240,18 @@ class HarnessEdit:
 
 
 # ----------------------------------------------------------------------------------- models, tasks
+ADAPTER_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+def check_adapter_id(adapter_id: str) -> str:
+    """An adapter id is a name, never a path (the store keeps adapter `X` in `adapters/X`): letters, digits,
+    '.', '_' and '-', at most 128 of them, no leading '.' and no '..'. Returns it; ValueError otherwise."""
+    if not isinstance(adapter_id, str) or not ADAPTER_ID.fullmatch(adapter_id) or ".." in adapter_id:
+        raise ValueError(f"adapter id {adapter_id!r} must be letters, digits, '.', '_' or '-' "
+                         "(at most 128; no '/', no '..', not starting with '.')")
+    return adapter_id
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """`provider/model[@adapter]`, e.g. `hosted_vllm/qwen3-coder@adapter-7`, `synthetic/weak`."""
@@ -253,6 +266,8 @@ class ModelRef:
         provider, sep, model = route.partition("/")
         if not sep or not provider or not model or (_ and not adapter):
             raise ValueError(f"model ref {text!r} is not of the form provider/model[@adapter]")
+        if adapter:
+            check_adapter_id(adapter)
         return cls(provider, model, adapter or None)
 
     def __str__(self) -> str:

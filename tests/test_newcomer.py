@@ -263,3 +263,95 @@ def test_benches_offer_json(bench):
     r = subprocess.run([sys.executable, str(REPO / "bench" / f"{bench}.py"), "--help"], capture_output=True,
                        text=True, timeout=60, check=False)  # fmt: skip
     assert r.returncode == 0 and "--json" in r.stdout
+
+
+# --------------------------------------------------------------------------- help and tables
+def _in_process(*args: str, **kw):
+    from typer.testing import CliRunner
+
+    from coevolve.cli.app import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False, **kw)
+
+
+def test_every_help_text_shows_its_bracketed_words():
+    """rich reads `[iot]` in a help text as markup and drops it (`families=''`): every bracketed span of a
+    command's help and of its options' help shows in `--help`."""
+    import typer
+
+    from coevolve.cli.app import app
+
+    lost = []
+
+    def walk(cmd, path):
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, [*path, name])
+        if not path:
+            return
+        shown = " ".join(_in_process(*path, "--help", env={"COLUMNS": "250"}).output.replace("│", " ").split())
+        for text in [cmd.help or "", *(p.help or "" for p in cmd.params if getattr(p, "help", None))]:
+            lost.extend((" ".join(path), m) for m in re.findall(r"\[[^\]\n]*\]", text.replace("\\[", "["))
+                        if " ".join(m.split()) not in shown)
+
+    walk(typer.main.get_command(app), [])
+    assert lost == []
+
+
+def test_stop_has_no_address_option(tmp_path):
+    store = HarnessStore(tmp_path / "store")
+    run_id = store.create_run("coevolve", {})
+    r = _in_process("stop", run_id, "--address", "127.0.0.1:1", "--store", store.root)
+    assert r.exit_code == 2 and "No such option: --address" in r.stderr, r.output
+    assert store.events(run_id, "stop") == []
+
+
+def _column(text: str, index: int) -> str:
+    """The cells of a rich table's column `index`, read row line by row line and joined (a folded id whole)."""
+    return "".join(line.split("│")[index].strip() for line in text.splitlines() if line.startswith("│"))
+
+
+def test_monitor_shows_whole_actor_ids_at_80_columns(monkeypatch):
+    import ray
+    from rich.console import Console
+
+    from coevolve.cli.run import _snapshot
+    from coevolve.jobs import meta_agent
+
+    name = "meta-coevolve-20260101-000000-abcdef"
+    actors = {"a1": {"ActorClassName": "coevolve.jobs.meta_agent.MetaAgent", "Name": name, "State": "ALIVE",
+                     "NumRestarts": 0, "ActorID": "a1" * 16, "Address": {"NodeID": "n" * 56}, "Pid": 4242}}
+    monkeypatch.setattr(ray._private.state, "actors", lambda: actors)
+    monkeypatch.setattr(meta_agent, "find", lambda run_id: None)
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    for part in _snapshot(None):
+        console.print(part)
+    text = console.export_text()
+    assert name in _column(text, 2) and "…" not in _column(text, 2), text
+
+
+def test_models_list_shows_whole_adapter_ids_at_80_columns(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import coevolve.cli.models
+    from coevolve.values import AdapterRef
+
+    store = HarnessStore(tmp_path / "store")
+    adapter = "coevolve-20260101-000000-abcdef-iot-c1"
+    store.put_adapter(AdapterRef(adapter, "vllm/smollm2", str(store.root / "adapters" / adapter), "", {"backend": "synthetic"}))
+    console = Console(width=80, record=True, file=io.StringIO())
+    monkeypatch.setattr(coevolve.cli.models, "console", console)
+    r = _in_process("models", "list", "--store", store.root)
+    assert r.exit_code == 0, r.output
+    text = console.export_text()
+    assert adapter in _column(text, 1) and str(store.root / "adapters" / adapter) in _column(text, 8), text
+
+
+def test_a_missing_store_is_explained_in_the_user_s_terms(tmp_path):
+    r = _in_process("harness", "list", "--store", tmp_path / "missing")
+    assert r.exit_code == 2 and "create=False" not in r.stderr, r.stderr
+    assert "no harness store at" in r.stderr and "(coevolve eval, evolve, run) creates one" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = _in_process("runs", "list", "--store", tmp_path / "empty")
+    assert r.exit_code == 2 and "an empty directory; a command that runs something" in r.stderr, r.stderr

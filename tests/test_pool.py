@@ -72,3 +72,29 @@ def test_killing_an_actor_mid_batch_loses_no_rollout(ray_session):
     assert all(t.error == "none" for t in trajs)
     local = rollout_all(insts, h, "synthetic/expert", seed=0)
     assert [t.passed for t in trajs] == [t.passed for t in local]  # the re-run rollouts are the same rollouts
+
+
+def test_a_rollout_whose_result_ray_s_memory_monitor_took_is_re_run_on_a_replacement(ray_session, monkeypatch):
+    """Ray's memory monitor kills an actor whose call runs when its node is low on memory: the result is an
+    OutOfMemoryError, re-run on a replacement like a rollout whose actor died."""
+    insts = FAM.generate("val", 8)
+    h = FAM.baseline_harness()
+    pool = RolloutPool(2)
+    get, hit = ray.get, []
+
+    def out_of_memory_once(refs, **kw):
+        if not hit:
+            hit.append(refs)
+            raise ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory (test)")
+        return get(refs, **kw)
+
+    try:
+        monkeypatch.setattr(ray, "get", out_of_memory_once)
+        trajs = pool.run([RolloutJob(i, h, "synthetic/expert", 0) for i in insts])
+        monkeypatch.setattr(ray, "get", get)
+    finally:
+        pool.shutdown()
+    assert hit and pool.replacements == 1
+    assert [t.instance.id for t in trajs] == [i.id for i in insts] and all(t.error == "none" for t in trajs)
+    local = rollout_all(insts, h, "synthetic/expert", seed=0)
+    assert [t.passed for t in trajs] == [t.passed for t in local]

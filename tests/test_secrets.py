@@ -96,6 +96,37 @@ def test_worker_env_carries_no_key_and_actors_get_keys_from_the_secrets_file(sec
     assert got["file_key"]
 
 
+def test_a_key_in_a_setting_never_reaches_the_runtime_env_and_actors_still_get_the_setting(ray_session, monkeypatch):
+    """A key planted in COEVOLVE_TAU2_USER_ARGS (litellm arguments) and in a LITELLM_* variable: the
+    runtime_env a pool hands Ray has neither, a pool actor still gets the customer's arguments (through the
+    cluster's key-value store), and no file of Ray's session holds the key afterwards."""
+    import ray
+
+    from coevolve.services.pools.base import worker_env
+
+    key = "sk-fake-coevolve-tau2-" + uuid.uuid4().hex
+    monkeypatch.setenv("COEVOLVE_TAU2_USER_ARGS", json.dumps({"api_key": key, "api_base": "http://127.0.0.1:9"}))
+    monkeypatch.setenv("LITELLM_MASTER_KEY", key)
+    monkeypatch.setenv("LITELLM_LOG", "ERROR")
+    env = worker_env()
+    assert key not in json.dumps(env) and env["LITELLM_LOG"] == "ERROR" and "COEVOLVE_WORKER_SECRETS" in env
+
+    def probe() -> dict[str, bool]:  # what a pool actor's gateway sees (booleans, never values)
+        from coevolve.services.secrets import ensure_secrets
+        from coevolve.tasks.tau2.data import user_model
+
+        ensure_secrets()
+        _, args = user_model()
+        return {"key": args.get("api_key", "").startswith("sk-fake-coevolve-tau2-"), "base": args.get("api_base") == "http://127.0.0.1:9"}
+
+    monkeypatch.delenv("COEVOLVE_TAU2_USER_ARGS")  # the actor gets it from its job, not from this process
+    got = ray.get(ray.remote(probe).options(num_cpus=0, runtime_env={"env_vars": env}).remote())
+    assert got == {"key": True, "base": True}
+    session = Path(ray._private.worker._global_node.get_session_dir_path())
+    leaks = [str(p) for p in session.rglob("*") if p.is_file() and not p.is_socket() and key.encode() in p.read_bytes()]
+    assert leaks == [], "a key is in Ray's session files"
+
+
 class _Hostile:
     """A model that tries to exfiltrate secrets through the refactor family's own tools."""
 

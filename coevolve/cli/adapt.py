@@ -377,7 +377,7 @@ def print_judge_accuracy(out: dict[str, Any]) -> None:
 @cli_errors
 def experiment_paper(
     config: Annotated[str, typer.Option("--config", help="experiment YAML (deploy/experiments/*.yaml)")] = "",
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. repeats=2 families='[iot]'")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. repeats=2 families='\\[iot]'")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="continue an experiment run; finished cells are kept")] = None,
     address: AddressOpt = None,
     store: StoreOpt = DEFAULT_STORE,

@@ -89,7 +89,7 @@ def eval_cmd(
     split: Annotated[str, typer.Option("--split", help="train, val or test; base: tau2's leaderboard set (tau2 families only)")] = "val",
     n: Annotated[int, typer.Option("--n", help="instances per family")] = 50,
     harness: Annotated[str, typer.Option("--harness", help="harness id, prefix, alias or 'baseline'")] = "baseline",
-    model: Annotated[str, typer.Option("--model", help="provider/model[@adapter], or several, comma-separated")] = "synthetic/weak",
+    model: Annotated[str, typer.Option("--model", help="provider/model\\[@adapter], or several, comma-separated")] = "synthetic/weak",
     reference: Annotated[bool, typer.Option("--reference", help="also score the reference solver")] = False,
     repeats: Annotated[int, typer.Option("--repeats", help="rollouts per instance (seeds seed..seed+K-1)")] = 1,
     params: Annotated[str, typer.Option("--params", help="family parameters, e.g. size=0,difficulty=1 (the small-model level)")] = "",

@@ -1,4 +1,5 @@
-"""Rich tables and trees for the CLI."""
+"""Rich tables and trees for the CLI. Text that a model, a user or the store wrote (rationales, names,
+model ids, error text) goes through `escape`, so a `[/]` in it is shown, never read as rich markup."""
 
 from __future__ import annotations
 
@@ -32,15 +33,15 @@ def eval_table(results: Sequence[Any]) -> None:
         s = r.summary
         lo, hi = r.rate.ci95
         t.add_row(
-            s.family,
-            s.model,
+            escape(s.family),
+            escape(s.model),
             s.harness_id[:12],
             f"{r.rate.instances} x {r.repeats}" if r.repeats > 1 else str(s.n),
             f"{r.rate.pass_at_1:.1%} [{lo:.0%}, {hi:.0%}]",
             f"{s.mean_turns:.1f}",
             str(s.total_tokens),
-            ", ".join(f"{k}={v}" for k, v in sorted(s.errors.items())) or "-",
-            ", ".join(f"{k}={v}" for k, v in sorted(r.causes.items())) or "-",
+            escape(", ".join(f"{k}={v}" for k, v in sorted(s.errors.items())) or "-"),
+            escape(", ".join(f"{k}={v}" for k, v in sorted(r.causes.items())) or "-"),
             r.run_id,
         )
     console.print(t)
@@ -91,9 +92,9 @@ def suite_table(rows: Sequence[dict[str, Any]]) -> None:
     t = Table(title="pass rate by family and model")
     t.add_column("family")
     for m in models:
-        t.add_column(m)
+        t.add_column(escape(m))
     for f in families:
-        t.add_row(f, *(f"{rate[(f, m)]:.0%}" if (f, m) in rate else "-" for m in models))
+        t.add_row(escape(f), *(f"{rate[(f, m)]:.0%}" if (f, m) in rate else "-" for m in models))
     console.print(t)
 
 
@@ -104,11 +105,11 @@ def harness_table(records: Sequence[Any], aliases: dict[str, list[str]]) -> None
     for r in records:
         t.add_row(
             r.id[:12],
-            r.family,
+            escape(r.family),
             (r.parent or "-")[:12],
-            ", ".join(aliases.get(r.id, [])) or "-",
+            escape(", ".join(aliases.get(r.id, [])) or "-"),
             "-" if r.val_gain is None else _pts(r.val_gain),
-            (r.rationale or "")[:60],
+            escape((r.rationale or "")[:60]),
         )
     console.print(t)
 
@@ -125,12 +126,12 @@ def show_harness(h: Harness) -> None:
 def lineage_tree(store: Any, chain: Sequence[Any]) -> None:
     if not chain:
         return
-    tree = Tree(f"{chain[0].id[:12]} (root) {chain[0].rationale}")
+    tree = Tree(f"{chain[0].id[:12]} (root) {escape(chain[0].rationale or '')}")
     node = tree
     for r in chain[1:]:
         gain = "" if r.val_gain is None else f" val {_pts(r.val_gain)}"
         ops = ", ".join(type(op).__name__ for op in (r.edit.ops if r.edit else ()))
-        node = node.add(f"{r.id[:12]}{gain} [{ops}] {r.rationale}")
+        node = node.add(f"{r.id[:12]}{gain} {escape(f'[{ops}]')} {escape(r.rationale or '')}")
     console.print(tree)
 
 
@@ -174,9 +175,9 @@ class EvolveProgress:
 
 def evolve_summary(out: dict[str, Any]) -> None:
     console.print(
-        f"[bold]{out['family']}[/bold] {out['model']}: val {out['baseline_val']:.1%} -> {out['evolved_val']:.1%} "
+        f"[bold]{escape(out['family'])}[/bold] {escape(out['model'])}: val {out['baseline_val']:.1%} -> {out['evolved_val']:.1%} "
         "(the split that accepted the edits) "
-        f"in {out['iterations']} iterations, {out['rollouts_used']} rollouts ({out['stop_reason']})"
+        f"in {out['iterations']} iterations, {out['rollouts_used']} rollouts ({escape(out['stop_reason'])})"
     )
     t = Table(title="accepted edits")
     for col in ("iteration", "ops", "val gain", "usage", "rationale"):
@@ -185,8 +186,8 @@ def evolve_summary(out: dict[str, Any]) -> None:
     for i, e in enumerate(out["edits"]):
         u = usage[i] if i < len(usage) else {}
         rate = "-" if u.get("rate") is None else f"{u['rate']:.0%} of {u['rollouts']}"
-        t.add_row(str(e["iteration"]), ", ".join(o["op"] for o in e["ops"]), _pts(e["val_gain"]), rate,
-                  e.get("rationale", "")[:70])
+        t.add_row(str(e["iteration"]), escape(", ".join(o["op"] for o in e["ops"])), _pts(e["val_gain"]), rate,
+                  escape(e.get("rationale", "")[:70]))
     console.print(t)
     test = out.get("test")
     if test:
@@ -221,8 +222,8 @@ def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
         t.add_column(col)
     for r in rows:
         usage = ", ".join(f"{'+'.join(u['ops'])}:{_rate(u['rate'])}" for u in r.get("usage", []))
-        t.add_row(r["family"], r["model"], f"{r['baseline']:.1%}", f"{r['evolved']:.1%}", f"{r['gain'] * 100:+.1f} pts",
-                  usage or "-")
+        t.add_row(escape(r["family"]), escape(r["model"]), f"{r['baseline']:.1%}", f"{r['evolved']:.1%}",
+                  f"{r['gain'] * 100:+.1f} pts", escape(usage or "-"))
     console.print(t)
     for r in rows:
         if r.get("tau2_note"):
@@ -243,9 +244,10 @@ def experiment_table(out: dict[str, Any]) -> None:
         t.add_column(col)
     for r in out["rows"]:
         if r["model"] == "expert":
-            t.add_row(r["family"], cfg["expert"], r["harness"], cell(r["base"]), "n/a", "n/a")
+            t.add_row(escape(r["family"]), escape(cfg["expert"]), escape(r["harness"]), cell(r["base"]), "n/a", "n/a")
         else:
-            t.add_row(r["family"], cfg["weak"], r["harness"], cell(r["base"]), cell(r["imitation"]), cell(r["correction"]))
+            t.add_row(escape(r["family"]), escape(cfg["weak"]), escape(r["harness"]), cell(r["base"]),
+                      cell(r["imitation"]), cell(r["correction"]))
     console.print(t)
     console.print(f"run {out['run_id']}: {out['cells_done']} of {out['cells_total']} cells done")
     if out.get("notice"):

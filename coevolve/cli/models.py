@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
@@ -383,11 +384,14 @@ def list_adapters(
             )
         )
         return
-    t = Table("id", "base model", "backend", "steps", "final loss", "harness", "decoding", "path")
+    t = Table()
+    for col in ("id", "base model", "backend", "steps", "final loss", "harness", "decoding", "path"):
+        # an id or a path folds onto more lines in a narrow terminal, never cut to "coevol…"
+        t.add_column(col, overflow="fold" if col in ("id", "base model", "harness", "path") else "ellipsis")
     for r in refs:
         curve = r.metrics.get("loss_curve") or [None]
         harnesses = [h["harness_id"][:12] for h in r.trained_under.get("harnesses") or ()]
-        t.add_row(
+        t.add_row(*(escape(cell) for cell in (
             r.id,
             r.base_model,
             str(r.train_config.get("backend", "")),
@@ -396,7 +400,7 @@ def list_adapters(
             " ".join(harnesses) or "-",
             "; ".join(p.describe() for p in r.decodings()) or "-",
             r.path,
-        )
+        )))
     console.print(t)
 
 

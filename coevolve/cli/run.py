@@ -43,7 +43,7 @@ def _latest_run(store: Path, run_id: str | None) -> str:
 
 def run_cmd(
     config: Annotated[str | None, typer.Argument(help="profile name (local, cpu, gpu-cluster) or YAML path")] = None,
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. budget.cycles=1 families='[iot]'")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. budget.cycles=1 families='\\[iot]'")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="continue a run from the store")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="start the run and return; watch it with monitor/status")] = False,
     store: StoreOpt = DEFAULT_STORE,
@@ -58,6 +58,7 @@ def run_cmd(
     from coevolve.config import RunProfile, load_profile
     from coevolve.jobs import meta_agent, use_store, validate_model
     from coevolve.store.store import HarnessStore, is_fresh_store_dir
+    from coevolve.values import ModelRef
 
     if config and "=" in config:  # `coevolve run key=value` without a profile
         overrides, config = [config, *(overrides or [])], None
@@ -81,7 +82,9 @@ def run_cmd(
     else:
         profile = load_profile(config, overrides or ())
         for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer):
-            if not m.startswith("vllm/"):  # a vLLM model is served by the run's own serve config
+            if m.startswith("vllm/"):  # served by the run's own serve config: its form and adapter id checked here
+                ModelRef.parse(m)
+            else:
                 validate_model(m)
     if profile.address:
         check_token(profile.address)
@@ -145,13 +148,14 @@ def _follow(actor: Any, run_id: str, quiet: bool) -> dict[str, Any]:
 
 
 def _panel(s: dict[str, Any]) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"coevolve run {s.get('run_id', '')}", show_header=False)
+    t = Table(title=escape(f"coevolve run {s.get('run_id', '')}"), show_header=False)
     spend, budget, work = s.get("spend") or {}, s.get("budget") or {}, s.get("work") or {}
-    t.add_row("stage", str(s.get("stage")))
-    t.add_row("family / cycle", f"{s.get('family', '-')} / {s.get('cycle', '-')}")
-    t.add_row("harness / adapter", f"{str(s.get('harness_id') or '-')[:12]} / {s.get('adapter') or '-'}")
+    t.add_row("stage", escape(str(s.get("stage"))))
+    t.add_row("family / cycle", escape(f"{s.get('family', '-')} / {s.get('cycle', '-')}"))
+    t.add_row("harness / adapter", escape(f"{str(s.get('harness_id') or '-')[:12]} / {s.get('adapter') or '-'}"))
     t.add_row("work", f"{work.get('rollouts', 0)} rollouts, {work.get('in_flight', 0)} in flight, {work.get('rollouts_per_s', 0)}/s")
     t.add_row("spend", f"{spend.get('rollouts', 0)}/{budget.get('rollouts', '-')} rollouts, ${spend.get('usd', 0)}/{budget.get('usd', '-')}, "
                        f"{spend.get('seconds', 0)}s/{budget.get('seconds', '-')}s")
@@ -159,16 +163,16 @@ def _panel(s: dict[str, Any]) -> Any:
 
 
 def _print_final(s: dict[str, Any]) -> None:
-    from coevolve.cli.display import console, testbed_notice
+    from coevolve.cli.display import console, escape, testbed_notice
 
     result = s.get("result") or {}
-    console.print(f"run {s.get('run_id')}: {s.get('stage')} ({result.get('stop_reason', s.get('error', ''))})")
+    console.print(escape(f"run {s.get('run_id')}: {s.get('stage')} ({result.get('stop_reason', s.get('error', ''))})"))
     for family, f in (result.get("families") or {}).items():
         test = f.get("test", {})
         cells = ", ".join(f"{k} {v['pass_at_1']:.1%} [{v['ci95'][0]:.0%}, {v['ci95'][1]:.0%}]" for k, v in test.items())
-        console.print(f"  {family}: {cells}; gain {f['gain'] * 100:+.1f} pts; adapter {f.get('adapter') or '-'}")
+        console.print(escape(f"  {family}: {cells}; gain {f['gain'] * 100:+.1f} pts; adapter {f.get('adapter') or '-'}"))
     if result.get("report"):
-        console.print(f"report: {result['report']['html']}")
+        console.print(escape(f"report: {result['report']['html']}"))
     testbed_notice()
     if s.get("train_backend") == "synthetic" and any(f.get("adapter") for f in (result.get("families") or {}).values()):
         from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES
@@ -222,10 +226,10 @@ def status_cmd(
 
 def stop_cmd(
     run_id: Annotated[str, typer.Argument(help="the run to stop at its next safe point")],
-    address: Annotated[str | None, typer.Option("--address")] = None,
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:
-    """Stop a run at its next safe point (between steps; a resumed run continues from there)."""
+    """Stop a run at its next safe point (between steps; a resumed run continues from there). The request
+    is written in the store, where the run's meta-agent looks for it, so no Ray address is needed."""
     from coevolve.store.store import HarnessStore
 
     st = HarnessStore(store, create=False)
@@ -272,6 +276,7 @@ ROLE_OF_CLASS = {"MetaAgent": "meta-agent", "RolloutWorker": "executor", "RoleWo
 
 def _snapshot(run_id: str | None) -> list[Any]:
     import ray
+    from rich.markup import escape
     from rich.table import Table
 
     from coevolve.jobs import meta_agent
@@ -305,9 +310,9 @@ def _snapshot(run_id: str | None) -> list[Any]:
     t = Table(title="actors by role")
     t.add_column("role", no_wrap=True, min_width=max((len(r[0]) for r in rows), default=4))  # never cut: narrow terminals cut others
     for col in ("actor", "state", "restarts", "in flight", "done", "calls/s", "node", "pid"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold" if col in ("actor", "node") else "ellipsis")  # an id folds onto more lines, never cut
     for r in sorted(rows, key=lambda r: (r[0], r[1])):
-        t.add_row(*(str(x) for x in r))
+        t.add_row(*(escape(str(x)) for x in r))
     out: list[Any] = [t]
     for status in statuses:
         out.append(_panel(status))
@@ -318,7 +323,7 @@ def _snapshot(run_id: str | None) -> list[Any]:
                 p.add_column(col)
             for name, v in pools.items():
                 in_flight = sum(w["in_flight"] for w in v.get("actors", {}).values())
-                p.add_row(name, str(len(v.get("actors", {}))), str(in_flight), str(v.get("queued", 0)), str(v["replacements"]))
+                p.add_row(escape(name), str(len(v.get("actors", {}))), str(in_flight), str(v.get("queued", 0)), str(v["replacements"]))
             out.append(p)
     return out
 

@@ -221,6 +221,12 @@ def plot_cost(data: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------ rendering
+def _md(text: str) -> str:
+    """Model- or user-written text for a Markdown line: on one line, with `&`, `<` and `>` as entities, so
+    that no HTML in it is live where the Markdown is rendered."""
+    return html.escape(" ".join(str(text).split()), quote=False)
+
+
 def _cell(c: dict[str, Any] | None) -> str:
     return "-" if c is None else f"{c['pass_at_1']:.1%} [{c['ci95'][0]:.0%}, {c['ci95'][1]:.0%}]"
 
@@ -259,7 +265,7 @@ def render(data: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         )
         lineage_html.append(f"<h3>{f}: val {lin['val'][0]:.0%} → {lin['val'][1]:.0%}</h3><ul>{items}</ul>")
         lineage_md.append(f"### {f}: val {lin['val'][0]:.0%} -> {lin['val'][1]:.0%}\n" + "\n".join(
-            f"- it {d['iteration']}: **{d['outcome']}** {d.get('rationale', '')} (wins {d['wins']}, losses {d['losses']}, p={d['p_value']})"
+            f"- it {d['iteration']}: **{d['outcome']}** {_md(d.get('rationale', ''))} (wins {d['wins']}, losses {d['losses']}, p={d['p_value']})"
             for d in lin["decisions"]))
     rules = synthetic_adapters(cfg.get("weak", ""), (cfg.get("train") or {}).get("backend"))
     notice = f"<p class='notice'>Note: {TESTBED_NOTICE}.</p>" if synthetic else ""
@@ -292,7 +298,7 @@ judge {html.escape(cfg['judge'])}; {cfg['repeats']} seeds per test instance.</p>
     html_path.write_text(page)
     for k, (_, svg) in plots.items():
         (out_dir / f"{k}.svg").write_text(svg)
-    md = [f"# coevolve experiment {cfg.get('name', '')} — run {data['run_id']}", ""]
+    md = [f"# coevolve experiment {_md(cfg.get('name', ''))} — run {data['run_id']}", ""]
     if synthetic:
         md += [f"> Note: {TESTBED_NOTICE}.", ""]
     md += ["## Main table: test pass@1 [95% CI]", "", "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
@@ -390,15 +396,15 @@ table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;pad
     html_path = out_dir / "report.html"
     html_path.write_text(page)
     (out_dir / "pass-rates.svg").write_text(svg)
-    md = [f"# coevolve run {run_id} ({cfg.get('name', '')})", ""]
+    md = [f"# coevolve run {run_id} ({_md(cfg.get('name', ''))})", ""]
     if synthetic:
         md += [f"> Note: {TESTBED_NOTICE}.", ""]
-    md += [f"stopped: {stop}", "", "## Held-out test split: pass@1 [95% CI]", "",
+    md += [f"stopped: {_md(stop)}", "", "## Held-out test split: pass@1 [95% CI]", "",
            "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in table[1:]]
     if rules:
         md += ["", f"> Note: {SYNTHETIC_ADAPTER_RULES}."]
-    md += ["", "![pass rates](pass-rates.svg)", "", "## Decisions", ""] + [f"- `{k}` {t}" for k, t in decisions]
+    md += ["", "![pass rates](pass-rates.svg)", "", "## Decisions", ""] + [f"- `{k}` {_md(t)}" for k, t in decisions]
     md += ["", "## Wall time per stage", ""] + [f"- {k}: {v:.0f} s" for k, v in sorted(cost.items())]
     md_path = out_dir / "report.md"
     md_path.write_text("\n".join(md) + "\n")

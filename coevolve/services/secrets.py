@@ -1,21 +1,27 @@
 """Secrets for the model providers: a KEY=VALUE file loaded into the environment (never overriding a
-set variable), and redaction of every secret value from anything written (logs, stored errors)."""
+set variable), the settings that may hold a key handed to Ray actors through the cluster's internal
+key-value store (never through Ray's runtime_env, which Ray writes to its logs), and redaction of every
+secret value from anything written (logs, stored errors)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
 
 import structlog
 
-from coevolve.settings import environment, variable
+from coevolve.settings import SECRET_BEARING, environment, export, variable
 
 log = structlog.get_logger(role="gateway")
 
 SECRETS_FILE_ENV = variable("secrets_file")
+WORKER_SECRETS_ENV = variable("worker_secrets")
+SECRET_BEARING_VARIABLES = tuple(variable(f) for f in SECRET_BEARING)
 _SECRET_NAME = re.compile(r"(?i)(api_?key|secret|token|password|credential|access_key)")
-_NOT_SECRET = {SECRETS_FILE_ENV, "RAY_AUTH_TOKEN_PATH"}
+_NOT_SECRET = {SECRETS_FILE_ENV, WORKER_SECRETS_ENV, "RAY_AUTH_TOKEN_PATH"}
 _loaded_secrets: set[str] = set()
 
 
@@ -56,12 +62,56 @@ def load_secrets(path: str | Path | None = None) -> list[str]:
     return names
 
 
+KV_NAMESPACE = "coevolve-worker-settings"
+
+
+def put_worker_secrets(values: dict[str, str]) -> str:
+    """Hand `values` (settings that may hold a key, by their `coevolve.settings.Environment` field names)
+    to a job's Ray actors through the cluster's internal key-value store (held by the GCS, in memory,
+    never written to Ray's logs or session files): the key it is put under, named by its content, so that
+    jobs with the same values share it and an actor started later (a replacement, a resumed run's) finds
+    it while the cluster lives. Ray must be initialised."""
+    from ray.experimental import internal_kv
+
+    text = json.dumps(values, sort_keys=True)
+    key = f"worker-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    internal_kv._internal_kv_put(key, text, overwrite=True, namespace=KV_NAMESPACE)
+    return key
+
+
+def load_worker_secrets(key: str) -> list[str]:
+    """In a Ray actor: the settings its job put with `put_worker_secrets`, set in the environment (over a
+    value inherited from the process that started Ray, as runtime_env would). Returns the names set; a
+    key the cluster does not hold is a warning and sets nothing."""
+    from ray.experimental import internal_kv
+
+    raw = internal_kv._internal_kv_get(key, namespace=KV_NAMESPACE) if internal_kv._internal_kv_initialized() else None
+    try:
+        values = json.loads(raw) if raw else None
+    except ValueError:
+        values = None
+    if not isinstance(values, dict):
+        log.warning("worker settings not found in the cluster", key=key)
+        return []
+    fields = {k: v for k, v in values.items() if k in SECRET_BEARING and isinstance(v, str)}
+    export(**fields)
+    names = sorted(variable(f) for f in fields)
+    log.info("worker settings loaded", key=key, names=names)
+    return names
+
+
 _secrets_seen: tuple[str, int] | None = None
+_worker_secrets_seen: str | None = None
 
 
 def ensure_secrets() -> None:
-    """Load the secrets file if it is new or changed since the last look (one stat per call)."""
-    global _secrets_seen
+    """Load the secrets file if it is new or changed since the last look (one stat per call), and, in a
+    Ray actor, the worker settings its job put in the cluster (once: they never change under one key)."""
+    global _secrets_seen, _worker_secrets_seen
+    worker = environment().worker_secrets
+    if worker and worker != _worker_secrets_seen:
+        _worker_secrets_seen = worker
+        load_worker_secrets(worker)
     p = secrets_file()
     try:
         seen = (str(p), p.stat().st_mtime_ns)

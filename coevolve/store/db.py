@@ -25,6 +25,7 @@ OBJECTS = "objects"
 QUARANTINE = "quarantine"
 BUSY_TIMEOUT_MS = 30_000
 WRITE_DEADLINE_S = 120.0
+NO_STORE_HINT = "a command that runs something (coevolve eval, evolve, run) creates one; --store names another"
 
 T = TypeVar("T")
 _INHERITED: list[sqlite3.Connection] = []  # connections inherited through fork, never touched
@@ -182,8 +183,8 @@ class Database:
                 if entries and own is None:
                     raise StoreError(f"{str(root)!r} is not a harness store (no {DB_NAME}) and is not empty")
                 if not create:
-                    what = f"holds only {', '.join(own)}" if own else "empty directory"
-                    raise StoreError(f"no harness store at {str(root)!r} ({what}, create=False)")
+                    what = f"holds only {', '.join(own)}" if own else "an empty directory"
+                    raise StoreError(f"no harness store at {str(root)!r} ({what}; {NO_STORE_HINT})")
                 if not os.access(root, os.W_OK):
                     raise StoreError(
                         f"cannot create a harness store in {str(root)!r}: the directory is read-only"
@@ -194,7 +195,7 @@ class Database:
                 raise StoreError(f"store database {str(self.db_path)!r} is not readable")
         else:
             if not create:
-                raise StoreError(f"no harness store at {str(root)!r} (create=False)")
+                raise StoreError(f"no harness store at {str(root)!r} (no such directory; {NO_STORE_HINT})")
             try:
                 root.mkdir(parents=True, exist_ok=True)
             except OSError as e:
@@ -293,7 +294,7 @@ class Database:
             tables.discard("sqlite_sequence")
             if not tables:
                 if not create:
-                    raise StoreError(f"{str(self.db_path)!r} holds no harness store (create=False)")
+                    raise StoreError(f"{str(self.db_path)!r} holds no harness store (an empty database; {NO_STORE_HINT})")
                 self._init_schema(conn)
                 return
             if "meta" not in tables:

@@ -39,12 +39,14 @@ from coevolve.llm import faults as fx
 from coevolve.settings import environment
 from coevolve.testbed.policy import SyntheticReply
 from coevolve.testbed.respond import respond
+from coevolve.values import check_adapter_id
 
 _attempts = fx.AttemptCounter()
 
 
 def load_synthetic_adapter(adapter_id: str) -> dict[str, Any]:
     """A synthetic adapter is a JSON file written by the synthetic training backend."""
+    check_adapter_id(adapter_id)
     root = Path(environment().store) / "adapters"
     path = root / adapter_id / "synthetic_adapter.json"
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -18,12 +19,16 @@ from typing import Any, ClassVar
 
 import ray
 import structlog
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, OutOfMemoryError, RayActorError
 
-from coevolve.settings import environment, variable
+from coevolve.services.secrets import SECRET_BEARING_VARIABLES, put_worker_secrets
+from coevolve.settings import SECRET_BEARING, environment, variable
 
 log = structlog.get_logger(role="pool")
-ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError)
+_SECRET_NAME = re.compile(r"(?i)(key|token|secret|password|credential)")  # a LITELLM_* setting kept out of runtime_env
+# What a call raises when its actor is lost. Ray's memory monitor kills the worker of an actor whose call
+# runs when the node runs low on memory: the call fails with OutOfMemoryError and the actor is gone.
+ACTOR_LOST = (RayActorError, ActorDiedError, ActorUnavailableError, OutOfMemoryError)
 SCHEDULING = ("SPREAD", "DEFAULT")  # Ray scheduling strategies the pools accept by name
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its node id
 READY_TIMEOUT_ENV = variable("actor_ready_timeout_s")
@@ -117,9 +122,21 @@ def actor_id(actor: Any) -> str:
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for project actors: the project's own settings (COEVOLVE_*, LITELLM_*), never more."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(("COEVOLVE_", "LITELLM_"))}
+    """The runtime_env variables of project actors (Ray writes them to its logs, so none may hold a key):
+    the project's settings (COEVOLVE_*) but those that may hold a key, which are put in the cluster's
+    key-value store and only their key is passed (`coevolve.services.secrets.put_worker_secrets`; the
+    actor's gateway loads them), and litellm's settings (LITELLM_*) but those whose name says key, token,
+    secret, password or credential (an actor reads those from the secrets file). `extra` comes on top;
+    Ray must be initialised when a setting that may hold a key is set."""
+    env = {k: v for k, v in os.environ.items()
+           if (k.startswith("COEVOLVE_") and k not in SECRET_BEARING_VARIABLES)
+           or (k.startswith("LITELLM_") and not _SECRET_NAME.search(k))}
     env.update(extra or {})
+    now = environment()
+    secret = {f: getattr(now, f) for f in SECRET_BEARING if getattr(now, f)}
+    secret.update({f: env.pop(variable(f)) for f in SECRET_BEARING if variable(f) in env})
+    if secret:
+        env[variable("worker_secrets")] = put_worker_secrets(secret)
     return env
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-import ray
-
 from coevolve.agents.backend import PerFamily
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge, RoleUsage
@@ -23,12 +21,9 @@ from coevolve.codec import decode, encode
 from coevolve.llm.contract import Complete
 from coevolve.services.gateway import Gateway
 from coevolve.services.logs import configure_logging
-from coevolve.services.pools.base import ACTOR_LOST, ActorPool, Worker
+from coevolve.services.pools.base import ActorPool, Worker
 
 ROLES = ("judge", "expert")
-# Ray's memory monitor kills the worker of an actor whose call runs when the node runs low on memory: the
-# call fails with OutOfMemoryError and the actor is gone, so it is re-run on a replacement like a death.
-ROLE_LOST = (*ACTOR_LOST, ray.exceptions.OutOfMemoryError)
 
 
 def through(gateway: Gateway) -> Complete:
@@ -77,7 +72,6 @@ class RolePool(ActorPool):
     replacement when the actor is lost (up to `max_replacements` in the pool's life)."""
 
     worker = RoleWorker
-    lost = ROLE_LOST
 
     def __init__(self, role: str, model: str, workers: int = 2, *, num_cpus: float = 0.25, max_concurrency: int = 16,
                  max_replacements: int = 8, ready_timeout_s: float | None = None,

@@ -3,8 +3,9 @@
 One actor call per rollout (a round trip costs ~1-2 ms; per-turn calls would dominate), values cross
 the wire msgpack-encoded by the one codec, and each harness is put in the object store once per
 batch. Actors are async, so one actor keeps many rollouts in flight while they wait on model servers.
-Results come back in submission order. If an actor dies mid-batch its in-flight rollouts are re-run
-on a replacement actor (`coevolve.services.pools.base.ActorPool`): no rollout is lost.
+Results come back in submission order. If an actor dies mid-batch (Ray's memory monitor killing it
+included) its in-flight rollouts are re-run on a replacement actor (`coevolve.services.pools.base.ActorPool`):
+no rollout is lost.
 """
 
 from __future__ import annotations

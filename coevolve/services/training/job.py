@@ -48,7 +48,7 @@ from coevolve.services.training.rows import (
 from coevolve.services.training.synthetic import train_synthetic
 from coevolve.services.training.tokenise import training_sequences
 from coevolve.store.datasets import DatasetRecord, read_rows
-from coevolve.values import AdapterRef, TrainingRow
+from coevolve.values import AdapterRef, TrainingRow, check_adapter_id
 
 log = structlog.get_logger(role="trainer")
 
@@ -100,8 +100,10 @@ def _check_base(base: str | Path) -> Path:
 
 
 def _check_adapter_id(adapter_id: str) -> None:
-    if not adapter_id or not all(c.isalnum() or c in "-_." for c in adapter_id) or adapter_id[0] == ".":
-        raise TrainingError(f"adapter id {adapter_id!r} must be letters, digits, '-', '_' or '.'")
+    try:
+        check_adapter_id(adapter_id)
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
 
 
 def train_adapter(

@@ -1,5 +1,6 @@
-"""The bare peft LoRA SFT loop over encoded rows, and its settings (`TrainConfig`): what a Ray Train worker
-runs (`coevolve.services.training.job`) and what the throughput bench runs in-process beside it. Every
+"""The bare peft LoRA SFT loop over encoded rows, with its settings (`TrainConfig`, defined with the
+configuration tree in `coevolve.config`): what a Ray Train worker runs (`coevolve.services.training.job`)
+and what the throughput bench runs in-process beside it. Every
 epoch ends with a checkpoint (adapter, optimizer, step count) handed to the caller, which persists it;
 a checkpoint handed back at the start resumes the loop from it."""
 
@@ -11,51 +12,12 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from coevolve.config import TrainConfig
 from coevolve.services.training.rows import TrainingError
 from coevolve.services.training.tokenise import IGNORE, EncodedRow, encode_row, training_sequences
 from coevolve.values import TrainingRow
-
-
-class TrainConfig(BaseModel):
-    """LoRA SFT settings (pydantic, so YAML files and `key=value` overrides validate the same way)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rank: int = Field(16, ge=1, le=256, description="LoRA rank r")
-    alpha: int = Field(32, ge=1, description="LoRA alpha")
-    dropout: float = Field(0.05, ge=0.0, lt=1.0, description="LoRA dropout")
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        description="module names LoRA wraps (vLLM serves LoRA on these)",
-    )
-    lr: float = Field(1e-4, gt=0, description="AdamW learning rate (constant)")
-    epochs: int = Field(2, ge=1, description="passes over the rows; one checkpoint after each")
-    max_seq_len: int = Field(2048, ge=16, description="rows longer than this are truncated (loss too)")
-    batch_size: int = Field(1, ge=1, description="rows per optimizer step")
-    repeat: int = Field(1, ge=1, description="copies of the row set per epoch (small sets, memorising)")
-    weight_decay: float = Field(0.0, ge=0.0)
-    seed: int = 0
-    num_workers: int = Field(1, ge=1, description="Ray Train workers (data parallel)")
-    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs per Train worker; torch threads follow it")
-    use_gpu: bool = False
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="base weights' dtype (bfloat16 on GPUs; the LoRA weights train in float32)"
-    )
-
-    @field_validator("target_modules")
-    @classmethod
-    def _non_empty(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("target_modules must name at least one module")
-        return v
-
-    def steps_per_epoch(self, n_rows: int) -> int:
-        per_worker = -(-n_rows * self.repeat // self.num_workers)
-        return -(-per_worker // self.batch_size)
 
 
 def _collate(batch: list[EncodedRow], pad_id: int) -> dict[str, Any]:
