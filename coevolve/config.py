@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 if TYPE_CHECKING:
     from coevolve.agents.correction import BuildConfig
@@ -152,7 +160,7 @@ class EvolveSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     iterations: int = Field(
-        4, ge=1, le=MAX_CYCLES,
+        200, ge=1, le=MAX_CYCLES,
         description="harness-evolution steps at most (a step: one parent, its proposals raced, the guard fed); the"
         " rollout budget ends the search first when it is the smaller; every shipped profile and experiment sets its own")
     rollouts: int = Field(1500, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
@@ -160,6 +168,21 @@ class EvolveSection(BaseModel):
                        " most the family's val split less a third, which the release guard draws its fresh pairs from)")
     val_seeds: int = Field(2, ge=1, le=MAX_SIZE, description="seeds each validation instance is evaluated at")
     train_batch: int = Field(20, ge=1, le=MAX_SIZE, description="train instances an iteration collects failures from")
+
+    def check_fits(self, families: list[str], alpha: float) -> None:
+        """Refuse a rollout budget too small for the racing search to take one release-guard decision in
+        one of `families` (ValueError naming the family and the rollouts needed)."""
+        from coevolve.agents.meta.guard import min_pairs
+        from coevolve.agents.meta.race import search_val_n
+        from coevolve.tasks import get_family
+
+        for name in families:
+            val_n = search_val_n(self.val_n, get_family(name).split_sizes["val"])
+            need = val_n * self.val_seeds + 2 * min_pairs(alpha)
+            if self.rollouts < need:
+                raise ValueError(f"evolve.rollouts {self.rollouts} is too small for one release-guard decision in "
+                                 f"{name}: its {val_n} x {self.val_seeds} val pairs and {min_pairs(alpha)} guard pairs "
+                                 f"(2 rollouts each) need {need}")
 
     def evolve_config(self, family: Any, *, model: str, proposer: str, seed: int,
                       params: dict[str, Any]) -> EvolveConfig:
@@ -289,6 +312,11 @@ class RunProfile(BaseModel):
     seed: Seed = Field(0, description="seed of the instances' sampling and the synthetic models")
     address: str | None = Field(None, description="Ray address to attach to (None: embedded local Ray)")
 
+    @model_validator(mode="after")
+    def _evolution_fits(self) -> RunProfile:
+        self.evolve.check_fits(list(self.families), self.alpha)
+        return self
+
     def cycle_settings(self) -> CycleSettings:
         """The co-evolution's settings (`coevolve.agents.meta.coevolve.CycleSettings`) of this profile."""
         from coevolve.agents.meta.coevolve import CycleSettings
@@ -390,8 +418,9 @@ def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...],
         value = model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(map(str, first["loc"]))
-        raise ValueError(f"{what}: {where}: {_unknown_field(model, first) or first['msg']}") from None
+        where = "".join(f"{part}: " for part in [".".join(map(str, first["loc"]))] if part)
+        msg = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{what}: {where}{_unknown_field(model, first) or msg}") from None
     except (TypeError, RecursionError) as e:  # a key pydantic cannot look at (a list as a mapping key)
         raise ValueError(f"{what}: cannot be read ({type(e).__name__})") from None
     check_json(value.model_dump(), what)

@@ -145,10 +145,11 @@ def test_resume_of_a_run_with_a_profile_is_refused_and_writes_nothing(tmp_path, 
     assert sorted(p.name for p in s.root.iterdir()) == before and s.list_runs() == [s.get_run(run_id)]
 
 
-def test_the_client_names_the_run_whose_meta_agent_died(monkeypatch, capsys):
+def test_the_client_names_the_run_whose_meta_agent_died(monkeypatch, capsys, tmp_path):
     import ray
 
     from coevolve.cli.run import _follow, _print_final
+    from coevolve.store.store import HarnessStore
 
     def gone(*args, **kwargs):
         raise ray.exceptions.RayActorError()
@@ -161,7 +162,9 @@ def test_the_client_names_the_run_whose_meta_agent_died(monkeypatch, capsys):
             def remote():
                 return None
 
-    final = _follow(Actor(), "coevolve-20260101-000000-abcdef", quiet=True)
+    store = HarnessStore(tmp_path / "store", create=True)
+    store.create_run("coevolve", {}, run_id="coevolve-20260101-000000-abcdef")
+    final = _follow(Actor(), "coevolve-20260101-000000-abcdef", tmp_path / "store", quiet=True)
     assert final["run_id"] == "coevolve-20260101-000000-abcdef" and final["stage"] == "failed"
     _print_final(final)
     out = " ".join(capsys.readouterr().out.split())

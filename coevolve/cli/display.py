@@ -164,8 +164,9 @@ class EvolveProgress:
             return
         self._live.update(
             f"iteration {d['iteration']} [{d['phase']}]  best val {d['best_val']:.1%}  "
-            f"accepted {d['accepted']}  rejected {d['rejected']}  invalid {d['invalid']}  "
-            f"rollouts {d['rollouts']}  proposer tokens {d['proposer_tokens']}  ${d['usd']:.4f}"
+            + (f"released {d['accepted']}  pool {d['pool']}  dropped {d['rejected']}  invalid {d['invalid']}  " if "pool" in d
+               else f"accepted {d['accepted']}  rejected {d['rejected']}  invalid {d['invalid']}  ")
+            + f"rollouts {d['rollouts']}  proposer tokens {d['proposer_tokens']}  ${d['usd']:.4f}"
         )
 
     def __exit__(self, *exc: object) -> None:
@@ -179,7 +180,9 @@ def evolve_summary(out: dict[str, Any]) -> None:
         "(the split that accepted the edits) "
         f"in {out['iterations']} iterations, {out['rollouts_used']} rollouts ({escape(out['stop_reason'])})"
     )
-    t = Table(title="accepted edits")
+    if out.get("guard"):
+        console.print(escape(out["guard"]), highlight=False)
+    t = Table(title="released edits" if out.get("search") == "race" else "accepted edits")
     for col in ("iteration", "ops", "val gain", "usage", "rationale"):
         t.add_column(col)
     usage = out.get("usage", {}).get(out["model"], [])

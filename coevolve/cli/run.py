@@ -12,6 +12,7 @@ from coevolve.cli.options import DEFAULT_STORE, JsonOpt, StoreOpt, UsageError, c
 
 TERMINAL = ("done", "failed", "refused")
 FINISHED = ("done", "failed")  # stored statuses of a run that has ended (a stop has nothing to stop)
+PATIENCE = 5  # status polls (30 s each) a busy meta-agent may leave unanswered before the client gives up on it
 
 
 def _connect(address: str | None, store: Path) -> str:
@@ -108,7 +109,7 @@ def run_cmd(
              f"run {run_id} started on {address}; watch: coevolve monitor --store {store} | coevolve status {run_id}")
         return
     try:
-        final = _follow(actor, run_id, quiet=as_json)
+        final = _follow(actor, run_id, store, quiet=as_json)
     except KeyboardInterrupt:
         typer.echo(f"detached from run {run_id}: it keeps running (coevolve status {run_id} | coevolve monitor | "
                    f"coevolve stop {run_id})", err=True)
@@ -126,18 +127,29 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-def _follow(actor: Any, run_id: str, quiet: bool) -> dict[str, Any]:
+def _follow(actor: Any, run_id: str, store: Path, quiet: bool) -> dict[str, Any]:
+    """The run's status until it ends. When the meta-agent cannot be reached (gone, or not answering
+    `PATIENCE` polls in a row), the store decides: a run it records as ended is reported as it ended (the
+    keeper may end the head between the run's last write and this client's next poll)."""
     import ray
     from rich.console import Console
     from rich.live import Live
 
     console = Console(stderr=True)
     status: dict[str, Any] = {}
+    silent = 0
     with Live(console=console, refresh_per_second=2, transient=False, auto_refresh=not quiet) as live:
         while True:
             try:
                 status = ray.get(actor.status.remote(), timeout=30)
+                silent = 0
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                stored = _stored_end(store, run_id)
+                if stored is not None:
+                    return stored
+                silent += 1
+                if isinstance(e, ray.exceptions.GetTimeoutError) and silent < PATIENCE:
+                    continue
                 return {"run_id": run_id, "stage": "failed",
                         "error": f"the meta-agent is gone ({type(e).__name__}); resume: coevolve run --resume {run_id}"}
             if not quiet:
@@ -145,6 +157,17 @@ def _follow(actor: Any, run_id: str, quiet: bool) -> dict[str, Any]:
             if status.get("stage") in TERMINAL:
                 return status
             time.sleep(1.0)
+
+
+def _stored_end(store: Path, run_id: str) -> dict[str, Any] | None:
+    """The run as the store records its end (its status and result), or None while it has not ended."""
+    from coevolve.store.store import HarnessStore
+
+    rec = HarnessStore(store, create=False).get_run(run_id)
+    if rec.status not in FINISHED:
+        return None
+    error = {"error": (rec.result or {}).get("error", "")} if rec.status == "failed" else {}
+    return {"run_id": run_id, "stage": rec.status, "result": rec.result, "alive": False, **error}
 
 
 def _panel(s: dict[str, Any]) -> Any:

@@ -93,7 +93,12 @@ def _evolve(
         "stop_reason": result.stop_reason,
         "spend": result.spend,
         "edits": result.accepted,
+        "search": config.search,
     }
+    if config.search == "race":
+        from coevolve.agents.meta.race import guard_summary
+
+        out["guard"] = guard_summary(store, run_id)
     if note := evolve_cut_note([e.payload for e in store.events(run_id, "proposal")]):
         out["context_note"] = note  # what the proposer's evidence lost to its context window
     out["usage"] = usage_report(store, pool, result.harness_id, config.family, [config.model], "val", config.val_n, config.seed)

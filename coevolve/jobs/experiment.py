@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
 
 from coevolve.analysis.stats import pass_rate
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
@@ -82,6 +82,13 @@ class ExperimentConfig(BaseModel):
         for name in info.data.get("families") or ():  # absent when the families were refused
             check_params(get_family(name), v)
         return dict(sorted(v.items()))
+
+    @model_validator(mode="after")
+    def _evolution_fits(self) -> ExperimentConfig:
+        from coevolve.agents.meta.loop import EvolveConfig
+
+        self.evolve.check_fits(list(self.families), EvolveConfig.alpha)
+        return self
 
     def to_json(self) -> dict[str, Any]:
         """The run's config: `params` only when set, so an experiment at the defaults is recorded (and

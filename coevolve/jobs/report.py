@@ -164,13 +164,23 @@ def plot_composition(data: dict[str, Any]) -> str:
     return _svg(fig)
 
 
+KEPT = ("accept", "admitted")  # the sign-test loop's and the racing search's outcome for a kept candidate
+
+
+def _evidence(d: dict[str, Any]) -> str:
+    """A candidate's paired tally and the statistic it was decided by (the loop's p-value, the race's
+    posterior chance of being better)."""
+    stat = f"p={d['p_value']}" if "p_value" in d else f"P(better)={d.get('p_better')}"
+    return f"wins {d['wins']}, losses {d['losses']}, {stat}"
+
+
 def plot_lineage(data: dict[str, Any]) -> str:
     plt = _plt()
     fams = [f for f in data["config"]["families"] if f in data["lineage"]]
     fig, axes = plt.subplots(1, max(1, len(fams)), figsize=(max(4, 2.2 * len(fams)), 2.8), squeeze=False)
     for ax, f in zip(axes[0], fams):
         for d in data["lineage"][f]["decisions"]:
-            ok = d["outcome"] == "accept"
+            ok = d["outcome"] in KEPT
             ax.scatter(d["iteration"], d["wins"] - d["losses"], c="#2ca02c" if ok else "#d62728", marker="o" if ok else "x")
         ax.axhline(0, color="#999", lw=0.5)
         ax.set_title(f, fontsize=8)
@@ -259,13 +269,13 @@ def render(data: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     lineage_html, lineage_md = [], []
     for f, lin in data["lineage"].items():
         items = "".join(
-            f"<li class='{d['outcome']}'>it {d['iteration']}: <b>{d['outcome']}</b> {html.escape(d.get('rationale', ''))} "
-            f"({' + '.join(o['op'] for o in d['ops'])}; wins {d['wins']}, losses {d['losses']}, p={d['p_value']})</li>"
+            f"<li class='{html.escape(d['outcome'])}'>it {d['iteration']}: <b>{html.escape(d['outcome'])}</b> "
+            f"{html.escape(d.get('rationale', ''))} ({' + '.join(html.escape(o['op']) for o in d['ops'])}; {_evidence(d)})</li>"
             for d in lin["decisions"]
         )
         lineage_html.append(f"<h3>{f}: val {lin['val'][0]:.0%} → {lin['val'][1]:.0%}</h3><ul>{items}</ul>")
         lineage_md.append(f"### {f}: val {lin['val'][0]:.0%} -> {lin['val'][1]:.0%}\n" + "\n".join(
-            f"- it {d['iteration']}: **{d['outcome']}** {_md(d.get('rationale', ''))} (wins {d['wins']}, losses {d['losses']}, p={d['p_value']})"
+            f"- it {d['iteration']}: **{_md(d['outcome'])}** {_md(d.get('rationale', ''))} ({_evidence(d)})"
             for d in lin["decisions"]))
     rules = synthetic_adapters(cfg.get("weak", ""), (cfg.get("train") or {}).get("backend"))
     notice = f"<p class='notice'>Note: {TESTBED_NOTICE}.</p>" if synthetic else ""
@@ -347,6 +357,8 @@ def write_run_report(store: Any, run_id: str, result: dict[str, Any] | None = No
         kind = k.split(":")[0]
         if kind == "evolve":
             edits = "; ".join(f"{a['rationale']} ({a['val_gain'] * 100:+.1f} pts)" for a in v.get("accepted", [])) or "no edit accepted"
+            if v.get("guard"):  # the racing search: why its harness was or was not released
+                edits += f" ({v['guard']})"
             decisions.append((k, f"harness for {v['model']}: val {v['val'][0]:.0%} -> {v['val'][1]:.0%}; {edits}"))
         elif kind == "data":
             decisions.append((k, (f"correction set: {v['rows']} rows ({v.get('new_rows', 0)} new), verified share "

@@ -54,7 +54,7 @@ class CycleSettings:
     rollouts: int = 20_000
     usd: float = 50.0
     seconds: float = 4 * 3600.0
-    evolve_iterations: int = 4
+    evolve_iterations: int = 200
     evolve_rollouts: int = 1500
     val_n: int = 30
     val_seeds: int = 2
@@ -219,7 +219,7 @@ class CoEvolution:
     # ------------------------------------------------------------------ the steps
     def _evolve(self, family: Any, start: Harness, model: str, cycle: int) -> dict[str, Any]:
         from coevolve.agents.meta.loop import Budget, EvolveConfig
-        from coevolve.agents.meta.race import make_evolution, search_val_n
+        from coevolve.agents.meta.race import guard_summary, make_evolution, search_val_n
 
         s = self.s
         cfg = EvolveConfig(family=family.name, model=model, proposer=s.proposer, seed=s.seed + cycle,
@@ -236,9 +236,12 @@ class CoEvolution:
         # the evolution stored (and so journaled) its rollouts in its run; its dollars beyond them are the proposer's
         proposer_usd = round(max(0.0, r.spend.get("usd", 0.0) - self.journal.rollout_spend([rid])[1]), 6)
         self.spend.proposer_usd += proposer_usd
-        return {"harness_id": r.harness_id, "run_id": rid, "model": model, "val": [r.baseline_val, r.evolved_val],
-                "accepted": [{k: a[k] for k in ("rationale", "val_gain", "iteration")} for a in r.accepted],
-                "rejected": r.rejected, "rollouts": r.rollouts_used, "proposer_usd": proposer_usd}
+        out = {"harness_id": r.harness_id, "run_id": rid, "model": model, "val": [r.baseline_val, r.evolved_val],
+               "accepted": [{k: a[k] for k in ("rationale", "val_gain", "iteration")} for a in r.accepted],
+               "rejected": r.rejected, "rollouts": r.rollouts_used, "proposer_usd": proposer_usd}
+        if cfg.search == "race":
+            out["guard"] = guard_summary(self.journal, rid)
+        return out
 
     def _build(self, family: Any, harness: Harness, model: str) -> dict[str, Any]:
         from coevolve.agents.correction import BuildConfig, DatasetBuilder

@@ -521,6 +521,18 @@ def make_evolution(config: Any, evaluator: Any, proposer: Any, journal: Any, run
     return cls(config, evaluator, proposer, journal, run_id, on_progress=on_progress)
 
 
+def guard_summary(journal: Any, run_id: str) -> str:
+    """Why a racing search's run released what it did: its guard attempts, each one's last tally."""
+    last: dict[int, dict[str, Any]] = {}
+    for e in journal.events(run_id, "guard"):
+        last[e.payload["attempt"]] = e.payload
+    if not last:
+        return "release guard: no candidate beat the start on the val pairs"
+    parts = [f"attempt {a}: {p['outcome'] or 'open'} at wins {p['wins']}, losses {p['losses']}, ties {p['ties']}, "
+             f"e-value {p['e_value']} of {p['threshold']}" for a, p in sorted(last.items())]
+    return "release guard: " + "; ".join(parts)
+
+
 def min_guard_budget(cfg: Any) -> int:
     """The fewest rollouts with which a racing search can take one guard decision: the start's val
     pairs and the guard's fewest pairs (two rollouts each)."""
