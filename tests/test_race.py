@@ -295,3 +295,21 @@ def test_bad_search_input_is_one_error_line_exit_2_and_nothing_written(tmp_path,
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
     assert not store.exists() or not any(store.iterdir())
     assert min_guard_budget(race_config()) == 6 * 2 + 2 * 6
+
+
+class UnreachableProposer(ScriptedProposer):
+    def propose(self, evidence, harness, k, seed):
+        self.calls += 1
+        return [Proposal(None, None, "proposer call failed: no API key for gemini/x", "")], Completion({}, 0, 0, 0.0)
+
+
+def test_a_proposer_that_cannot_be_reached_fails_the_run_with_its_reason():
+    from coevolve.agents.meta.race import PROPOSER_PATIENCE
+    from coevolve.llm.contract import ProposerUnreachable
+
+    cfg = EvolveConfig(family="iot", model="synthetic/weak", proposer="gemini/x", train_batch=4, val_n=6, val_seeds=2,
+                       budget=Budget(iterations=1000, rollouts=200))
+    proposer = UnreachableProposer()
+    with pytest.raises(ProposerUnreachable, match="gemini/x failed 3 steps in a row: proposer call failed: no API key"):
+        RaceEvolution(cfg, ScriptedModel(), proposer, MemoryJournal(), "run").run()
+    assert proposer.calls == PROPOSER_PATIENCE

@@ -84,6 +84,7 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from coevolve.edits import EditError
+        from coevolve.llm.contract import ProposerUnreachable
         from coevolve.store.store import StoreError
 
         try:
@@ -91,6 +92,9 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (UsageError, StoreError, EditError, ValueError) as e:
             say_error(f"error: {e}", bool(kwargs.get("log_json")), event="error", level="error", error=str(e))
             raise typer.Exit(2) from None
+        except ProposerUnreachable as e:  # the run could not do its work: it failed, the input was fine
+            say_error(f"error: {e}", bool(kwargs.get("log_json")), event="error", level="error", error=str(e))
+            raise typer.Exit(1) from None
 
     return wrapper
 

@@ -194,6 +194,8 @@ def _print_final(s: dict[str, Any]) -> None:
         test = f.get("test", {})
         cells = ", ".join(f"{k} {v['pass_at_1']:.1%} [{v['ci95'][0]:.0%}, {v['ci95'][1]:.0%}]" for k, v in test.items())
         console.print(escape(f"  {family}: {cells}; gain {f['gain'] * 100:+.1f} pts; adapter {f.get('adapter') or '-'}"))
+        for line in f.get("release_guard", ()):  # why each cycle's harness was or was not released
+            console.print(escape(f"    {line}"), style="dim", highlight=False)
     if result.get("report"):
         console.print(escape(f"report: {result['report']['html']}"))
     testbed_notice()

@@ -43,6 +43,11 @@ class ModelUnavailable(RuntimeError):
     pass
 
 
+class ProposerUnreachable(RuntimeError):
+    """A harness search's proposer failed step after step (after the gateway's retries): the search cannot
+    do its work, so the run fails with this reason instead of spending its budget on nothing."""
+
+
 class DecodingUnsupported(ValueError):
     """The model (its provider) cannot honour the harness's decoding policy, e.g. constrained tool calls
     from a provider without structured output. Not retried and not an infra trajectory: every call

@@ -211,7 +211,10 @@ class CoEvolution:
             quiet = 0 if changed_harness or accepted else quiet + 1
             if quiet >= self.s.plateau:
                 break
-        return self._cell(f"final:{name}", lambda h=harness, a=adapter: self._final(family, h, a))
+        final = self._cell(f"final:{name}", lambda h=harness, a=adapter: self._final(family, h, a))
+        guards = [f"cycle {k.split(':')[2]}: {c['guard']}" for k, c in sorted(self.done.items(), key=lambda kv: _cycle_order(kv[0]))
+                  if k.startswith(f"evolve:{name}:") and c.get("guard")]
+        return {**final, **({"release_guard": guards} if guards else {})}
 
     def _model(self, adapter: str | None) -> str:
         return f"{self.s.weak}@{adapter}" if adapter else self.s.weak

@@ -44,6 +44,7 @@ HANDBOOK_NOTE = (
     "read_handbook before you answer; domain rules the agent needs are often written there."
 )
 EVIDENCE_FENCE = "```json"
+CALL_FAILED = "proposer call failed"  # how a proposal that never reached (or came back from) the model begins
 log = structlog.get_logger(role="proposer")
 
 
@@ -171,7 +172,7 @@ class LLMProposer:
 
         def failed(why: str) -> tuple[list[Proposal], Completion]:
             log.warning("proposal failed", model=self.model, why=why[:300], cuts=cuts)
-            return [Proposal(None, None, f"proposer call failed: {why}", "", tuple(cuts))], used
+            return [Proposal(None, None, f"{CALL_FAILED}: {why}", "", tuple(cuts))], used
 
         if not fitted.fits:
             return failed(f"the evidence does not fit the model's window even after cuts ({fitted.tokens} tokens, "

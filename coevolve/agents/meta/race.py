@@ -42,7 +42,9 @@ when it is abandoned (the posterior chance that the member is better falls below
 member is not tried again), or when a better member tops the pool (that member gets its own attempt).
 
 **Budget.** No plateau stop: steps go on until a budget ends the run. A batch is launched only when it
-fits the rollouts left.
+fits the rollouts left. A proposer that cannot be reached (its call failed after the gateway's retries in
+`PROPOSER_PATIENCE` steps in a row) ends the run with `ProposerUnreachable`: a search without proposals
+would spend its budget for nothing and look done.
 
 Every decision is journalled (`proposal`, `race` per chunk, `decision` per child: admitted / dropped,
 `merge`, `guard` per guard chunk and its outcome, `release`), and a `checkpoint` closes each step; a
@@ -61,8 +63,9 @@ from typing import Any
 from coevolve.agents.meta.evidence import build_evidence
 from coevolve.agents.meta.guard import MAX_ATTEMPTS, GuardAttempt, better_posterior, guard_pair, min_pairs
 from coevolve.agents.meta.loop import BudgetExhausted, EvolveResult, HarnessEvolution, Spend
-from coevolve.agents.meta.proposer import Proposal
+from coevolve.agents.meta.proposer import CALL_FAILED, Proposal
 from coevolve.edits import apply_edit, edit_from_json, edit_to_json
+from coevolve.llm.contract import ProposerUnreachable
 from coevolve.values import (
     AddHook,
     AddRecipe,
@@ -86,6 +89,7 @@ ADMIT_AT = 0.8  # a child is admitted when its posterior P(better than its paren
 DROP_BELOW = 0.2  # a child whose posterior P(better than its parent) falls below this is dropped
 GUARD_SHARE = 0.5  # the share of the rollouts used that the open guard attempt may have spent after a step
 INCUMBENT_SHARE = 0.5  # how often the parent is the pool's best val mean
+PROPOSER_PATIENCE = 3  # steps in a row whose proposer call failed (after the gateway's retries) end the run
 
 
 def op_targets(op: Any) -> set[str]:
@@ -149,6 +153,7 @@ class _RaceState:
     rejected: int = 0
     invalid: int = 0
     proposer_calls: int = 0
+    proposer_failures: int = 0  # steps in a row whose proposer call failed
     gain_curve: list[tuple[int, float]] = field(default_factory=list)
     batches: int = 0
 
@@ -228,6 +233,11 @@ class RaceEvolution(HarnessEvolution):
         st.proposer_calls += 1
         st.spend.proposer_tokens += comp.prompt_tokens + comp.completion_tokens
         st.spend.usd += comp.cost_usd
+        failed = [p.error for p in proposals if p.error and p.error.startswith(CALL_FAILED)]
+        st.proposer_failures = st.proposer_failures + 1 if failed and len(failed) == len(proposals) else 0
+        if st.proposer_failures >= PROPOSER_PATIENCE:
+            raise ProposerUnreachable(f"the proposer {self.cfg.proposer} failed {PROPOSER_PATIENCE} steps in a row: "
+                                      f"{failed[0][:300]}")
         races = []
         for p in proposals:
             if p.error is None and (p.candidate.id in st.tried or p.candidate.id in st.pool):
