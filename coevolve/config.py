@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -297,7 +298,9 @@ class RunProfile(BaseModel):
     name: str = Field("local", description="the profile's name")
     families: Families = Field(default_factory=lambda: ["payroll", "budget", "stock", "iot", "browser", "website", "refactor"],
                                description="the families co-evolved, one after another")
-    params: dict[str, Any] = Field(default_factory=dict, description="family knobs (difficulty, size)")
+    params: dict[str, StrictInt] = Field(
+        default_factory=dict, description="family knobs of every instance the run draws (difficulty, size); each"
+        " family of the run must have each knob")
     weak: RoleSpec = Field(RoleSpec(model="synthetic/weak", workers=2), description="the weak model: the executor pool")
     expert: RoleSpec = Field(RoleSpec(model="synthetic/expert"), description="the expert: rewrites failures")
     judge: RoleSpec = Field(RoleSpec(model="synthetic/judge"), description="the judge: locates and scores failures")
@@ -314,6 +317,10 @@ class RunProfile(BaseModel):
 
     @model_validator(mode="after")
     def _evolution_fits(self) -> RunProfile:
+        from coevolve.tasks import check_params, get_family
+
+        for name in self.families:
+            check_params(get_family(name), self.params)
         self.evolve.check_fits(list(self.families), self.alpha)
         return self
 
@@ -327,7 +334,7 @@ class RunProfile(BaseModel):
             proposer=self.proposer, cycles=budget.cycles, plateau=budget.plateau, rollouts=budget.rollouts, usd=budget.usd,
             seconds=budget.seconds, evolve_iterations=evolve.iterations, evolve_rollouts=evolve.rollouts, val_n=evolve.val_n,
             val_seeds=evolve.val_seeds, train_batch=evolve.train_batch, rows=data.rows, samples=data.samples, k=data.k,
-            repeats=self.repeats, alpha=self.alpha, seed=self.seed,
+            repeats=self.repeats, alpha=self.alpha, seed=self.seed, params=dict(self.params),
         )
 
 

@@ -16,12 +16,12 @@ from coevolve.jobs.runtime import use_store
 from coevolve.jobs.signals import interruption, stop_on_signals
 from coevolve.jobs.transfer import run_transfer
 from coevolve.jobs.validate import (
-    check_params,
     check_workers,
     litellm_providers,
     parse_params,
     validate_model,
 )
+from coevolve.tasks import check_params
 
 __all__ = [
     "EvalRequest",

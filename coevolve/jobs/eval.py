@@ -21,7 +21,8 @@ from coevolve.analysis.summary import TESTBED_NOTICE, failure_causes, summarise
 from coevolve.config import SEED_MAX, check_seed
 from coevolve.jobs.runtime import rollout_pool, use_store
 from coevolve.jobs.signals import interruption, mark_interruption
-from coevolve.jobs.validate import check_params, check_workers, validate_model
+from coevolve.jobs.validate import check_workers, validate_model
+from coevolve.tasks import check_params
 from coevolve.values import EvalSummary, Harness, TaskInstance
 
 

@@ -138,16 +138,6 @@ def parse_params(text: str) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(out.items()))
 
 
-def check_params(fam: Any, params: dict[str, Any]) -> None:
-    """Family parameters are known to the family and within 0..64 (the levels use 0..4)."""
-    unknown = sorted(set(params) - set(fam.default_params))
-    if unknown:
-        raise ValueError(f"{fam.name} has no parameter {', '.join(map(repr, unknown))} (it has: {', '.join(sorted(fam.default_params))})")
-    for k, v in params.items():
-        if not 0 <= v <= 64:
-            raise ValueError(f"parameter {k}={v} is out of range 0..64")
-
-
 
 def resumed_run(store: Any, run_id: str, kind: str, what: str) -> Any:
     """The stored run `--resume` names, refused unless it is a `kind` run (`what` names the kind in the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import import_module
+from typing import Any
 
 from coevolve.tasks.base import TaskFamily
 
@@ -28,6 +29,17 @@ EXTERNAL_FAMILY_CLASSES: dict[str, str] = {
     "tau2-retail": "coevolve.tasks.tau2:Tau2RetailFamily",
     "tau2-telecom": "coevolve.tasks.tau2.telecom:Tau2TelecomFamily",
 }
+
+
+def check_params(fam: TaskFamily, params: dict[str, Any]) -> None:
+    """Family parameters are known to the family and within 0..64 (the levels use 0..4): ValueError."""
+    unknown = sorted(set(params) - set(fam.default_params))
+    if unknown:
+        known = ", ".join(sorted(fam.default_params)) or "none"
+        raise ValueError(f"{fam.name} has no parameter {', '.join(map(repr, unknown))} (it has: {known})")
+    for k, v in params.items():
+        if not 0 <= v <= 64:
+            raise ValueError(f"parameter {k}={v} is out of range 0..64")
 
 
 def family_names() -> list[str]:
@@ -59,4 +71,4 @@ def get_family(name: str) -> TaskFamily:
     return getattr(import_module(module), cls)()
 
 
-__all__ = ["TaskFamily", "external_family_names", "family_names", "get_family"]
+__all__ = ["TaskFamily", "check_params", "external_family_names", "family_names", "get_family"]

@@ -65,6 +65,7 @@ class CycleSettings:
     repeats: int = 2
     alpha: float = 0.1
     seed: int = 0
+    params: dict[str, int] = field(default_factory=dict)  # family knobs of every instance the run draws
 
 
 @dataclass
@@ -227,7 +228,8 @@ class CoEvolution:
         s = self.s
         cfg = EvolveConfig(family=family.name, model=model, proposer=s.proposer, seed=s.seed + cycle,
                            train_batch=s.train_batch, val_n=search_val_n(s.val_n, family.split_sizes["val"]), val_seeds=s.val_seeds,
-                           alpha=s.alpha, budget=Budget(iterations=s.evolve_iterations, rollouts=s.evolve_rollouts))
+                           alpha=s.alpha, budget=Budget(iterations=s.evolve_iterations, rollouts=s.evolve_rollouts),
+                           params=dict(s.params))
         key = f"evolve:{family.name}:{cycle}"
         started = [e.payload for e in self.journal.events(self.run_id, "started") if e.payload["cell"] == key]
         resume = bool(started)
@@ -252,7 +254,7 @@ class CoEvolution:
 
         s = self.s
         cfg = BuildConfig("correction", family.name, model, s.expert, s.judge, rows=s.rows, samples=s.samples, k=s.k, seed=s.seed)
-        builder = DatasetBuilder(cfg, harness, family.generate("train"), self.backend)
+        builder = DatasetBuilder(cfg, harness, family.generate("train", **s.params), self.backend)
         new_rows, stats = builder.build(self._evaluate(builder.jobs(), model, f"data:{family.name}"))
         rows = self._dedup(self._rows_so_far(family.name) + new_rows)
         if not rows:
@@ -291,7 +293,7 @@ class CoEvolution:
     def _accept(self, family: Any, harness: Harness, current: str | None, candidate: str) -> dict[str, Any]:
         """The candidate adapter against the current model: every val instance at every val seed, paired."""
         s = self.s
-        instances = family.generate("val", min(s.val_n, family.split_sizes["val"]))
+        instances = family.generate("val", min(s.val_n, family.split_sizes["val"]), **s.params)
         jobs = [(i, harness, s.seed + 20_000 + r) for r in range(s.val_seeds) for i in instances]
         base = self._evaluate(jobs, self._model(current), f"accept:{family.name}:current")
         cand = self._evaluate(jobs, self._model(candidate), f"accept:{family.name}:candidate")
@@ -307,7 +309,7 @@ class CoEvolution:
 
     def _final(self, family: Any, harness: Harness, adapter: str | None) -> dict[str, Any]:
         s = self.s
-        instances = family.generate("test")
+        instances = family.generate("test", **s.params)
         baseline = family.baseline_harness()
         arms = {"baseline": (baseline, s.weak), "evolved": (harness, s.weak), "evolved+adapter": (harness, self._model(adapter))}
         rates = {}

@@ -1,0 +1,53 @@
+"""A run profile's `params` reach every instance a `coevolve run` draws (evolution train and val, the
+correction set's train split, the adapter's val check, the final test split), and a knob a family does
+not have is refused where the profile is read."""
+
+from __future__ import annotations
+
+import pytest
+
+from coevolve.agents.meta.coevolve import CoEvolution
+from coevolve.config import load_profile
+from coevolve.store.store import HarnessStore
+from tests.test_spend_resume import Counted, backend
+
+
+class Recording(Counted):
+    def __init__(self) -> None:
+        super().__init__()
+        self.instances: dict[str, dict] = {}
+
+    def evaluate(self, jobs, model):
+        self.instances.update((inst.id, inst.params) for inst, _, _ in jobs)
+        return super().evaluate(jobs, model)
+
+
+def test_the_cpu_profiles_difficulty_reaches_the_cycle_settings():
+    profile = load_profile("cpu")
+    assert profile.params == {"difficulty": 1, "size": 1}
+    assert profile.cycle_settings().params == {"difficulty": 1, "size": 1}
+
+
+def test_a_profiles_params_reach_every_instance_a_run_evaluates(monkeypatch, tmp_path):
+    monkeypatch.setenv("COEVOLVE_STORE", str(tmp_path))
+    profile = load_profile("local", ["families=[iot]", "params={difficulty: 1, size: 0}", "evolve.rollouts=60",
+                                     "evolve.val_n=4", "evolve.train_batch=4", "budget.cycles=1", "data.rows=6",
+                                     "data.samples=1", "repeats=1"])
+    store = HarnessStore(tmp_path)
+    run_id = store.create_run("coevolve", profile.model_dump())
+    evaluator = Recording()
+    result = CoEvolution(profile.cycle_settings(), store, run_id, backend(store, evaluator)).run()
+    assert result["stop_reason"] == "done"
+    splits = {iid.split("/")[1] for iid in evaluator.instances}
+    assert {"train", "val", "test"} <= splits  # evolution, dataset, adapter check and final test all drew
+    assert all(p == {"difficulty": 1, "size": 0} for p in evaluator.instances.values())
+    assert all(iid.endswith(":difficulty=1,size=0") for iid in evaluator.instances)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("params.bogus=1", "iot has no parameter 'bogus' (it has: difficulty, size)"),
+    ("params.size=65", "parameter size=65 is out of range 0..64"),
+])
+def test_a_knob_the_family_does_not_have_is_refused(override, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_profile("local", ["families=[iot]", override])
