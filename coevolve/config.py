@@ -285,10 +285,11 @@ class TrainSection(BaseModel):
 
 
 class ServeSpec(BaseModel):
-    """Model serving the run starts."""
+    """Model serving the run's vllm/ models need."""
 
     model_config = ConfigDict(extra="forbid")
-    config: str = Field("", description="a deploy/serve/*.yaml the run starts (empty: models served elsewhere)")
+    config: str = Field("", description="the deploy/serve/*.yaml whose server the run's vllm/ models need: `coevolve run`"
+                        " refuses to start until `coevolve serve --config` runs it (empty: models served elsewhere)")
 
 
 class RunProfile(BaseModel):

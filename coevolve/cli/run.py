@@ -90,6 +90,7 @@ def run_cmd(
     if profile.address:
         check_token(profile.address)
         check_reachable(profile.address)
+    _check_served(profile, store)
     st = existing or HarnessStore(store, create=True)
     if resume is not None:
         run_id = resume
@@ -125,6 +126,29 @@ def run_cmd(
         _print_final(final)
     if final.get("stage") != "done":  # with --json too: a script sees a failed run by its exit status
         raise typer.Exit(1)
+
+
+def _check_served(profile: Any, store: Path) -> None:
+    """A profile whose roles call `vllm/` models needs their server up before the run starts: refused
+    (UsageError naming the command that starts it) when none is known for the store or it does not answer,
+    so no run ends "done" with every rollout an infra failure."""
+    served = [m for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer) if m.startswith("vllm/")]
+    if not served:
+        return
+    import urllib.request
+
+    from coevolve.services.serving.app import ServingError, serve_url
+
+    start = f"coevolve serve --config {profile.serve.config or 'deploy/serve/<config>.yaml'} --store {store}"
+    try:
+        url = serve_url(store)
+    except ServingError:
+        raise UsageError(f"{served[0]} needs a vLLM server and none is known for store {store}: start it first "
+                         f"({start}) or set COEVOLVE_SERVE_URL") from None
+    try:
+        urllib.request.urlopen(f"{url}/v1/models", timeout=3).close()  # the server the store or environment names
+    except (OSError, ValueError) as e:
+        raise UsageError(f"the vLLM server {url} that {served[0]} needs does not answer ({e}): start it ({start})") from None
 
 
 def _follow(actor: Any, run_id: str, store: Path, quiet: bool) -> dict[str, Any]:
