@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import os
 import time
 from pathlib import Path
 
@@ -52,6 +53,8 @@ def test_a_real_local_head_leaves_no_process_behind(tmp_path):
     port = int(address.rsplit(":", 1)[1])
     pids = head_pids(port)
     assert len(pids) >= 3  # gcs_server, raylet and the agents at least
+    # the head lives in its own session: a hang-up of the client's terminal or a signal to its group misses it
+    assert all(os.getsid(p) != os.getsid(0) and os.getpgid(p) != os.getpgid(0) for p in pids)
     assert stop_local_head(tmp_path)
     assert not any(_alive(p) for p in pids)
     assert not head_pids(port)

@@ -118,7 +118,8 @@ def _start_head(store: Path, num_cpus: int | None) -> dict[str, Any]:
            "--disable-usage-stats"]
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+    # its own session: a hang-up or signal to the client's process group (a closed terminal) never reaches the head
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False, start_new_session=True)
     if out.returncode != 0:
         _end(head_pids(port))
         raise RuntimeError(f"could not start a local Ray head: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
