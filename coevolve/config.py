@@ -292,6 +292,13 @@ class ServeSpec(BaseModel):
                         " refuses to start until `coevolve serve --config` runs it (empty: models served elsewhere)")
 
 
+# what `coevolve run --resume RUN key=value` may correct: fields no finished cell depends on (training and
+# serving settings, budgets, pool sizes); the families, models, params, evolve and data sections, seed,
+# alpha and repeats made the cells already journalled and stay as the run began
+RESUMABLE = ("train", "serve", "budget", "address", *(f"{role}.{f}" for role in ("weak", "expert", "judge")
+                                                      for f in ("workers", "num_cpus", "resources", "in_flight")))
+
+
 class RunProfile(BaseModel):
     """Everything `coevolve run` needs; `coevolve run CONFIG key=value ...`."""
 

@@ -12,6 +12,7 @@ from coevolve.cli.options import DEFAULT_STORE, JsonOpt, StoreOpt, UsageError, c
 
 TERMINAL = ("done", "failed", "refused")
 FINISHED = ("done", "failed")  # stored statuses of a run that has ended (a stop has nothing to stop)
+STOPPED = "stop requested"  # the stop reason of a run ended by `coevolve stop`: it can be resumed
 PATIENCE = 5  # status polls (30 s each) a busy meta-agent may leave unanswered before the client gives up on it
 
 
@@ -56,7 +57,7 @@ def run_cmd(
     all seven families at small sizes, ending with the report. Ctrl-C detaches; the run goes on."""
     from coevolve.cluster.head import ensure_local_head, stop_head_if_idle
     from coevolve.cluster.runtime import check_reachable, check_token
-    from coevolve.config import RunProfile, load_profile
+    from coevolve.config import load_profile
     from coevolve.jobs import meta_agent, use_store, validate_model
     from coevolve.store.store import HarnessStore, is_fresh_store_dir
     from coevolve.values import ModelRef
@@ -72,14 +73,14 @@ def run_cmd(
             raise UsageError("--resume needs a run id (coevolve runs list --kind coevolve shows them)")
         if existing is None:
             raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
-        if config or overrides:
-            raise UsageError("--resume continues a run with its own profile: give no profile or overrides")
+        if config and "=" not in config:
+            raise UsageError("--resume continues a run with its own profile: give no profile, only key=value corrections")
         run = existing.get_run(resume)
         if run.kind != "coevolve":
             raise UsageError(f"run {resume!r} is a {run.kind} run, not a coevolve run")
-        if run.status == "done":
+        if run.status == "done" and (run.result or {}).get("stop_reason") != STOPPED:
             raise UsageError(f"run {resume!r} is done; start a new run instead")
-        profile = RunProfile.model_validate(run.config)
+        profile = resumed_profile(run.config, overrides or [], resume)
     else:
         profile = load_profile(config, overrides or ())
         for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer):
@@ -94,6 +95,12 @@ def run_cmd(
     st = existing or HarnessStore(store, create=True)
     if resume is not None:
         run_id = resume
+        # a resume event: stop requests before it are answered; the run is pending again, so the head's keeper
+        # keeps the head up for the meta-agent that takes it over
+        st.append_event(run_id, "resume", {"overrides": list(overrides or []), "was": run.status})
+        if overrides:
+            st.update_run(run_id, config=profile.model_dump())
+        st.update_run(run_id, status="pending")
     else:
         run_id = st.create_run("coevolve", profile.model_dump())
         st.update_run(run_id, status="pending")  # the meta-agent actor, not this client, owns the run
@@ -103,6 +110,14 @@ def run_cmd(
 
     start_ray(address, log_to_driver=False)
     actor = meta_agent.find(run_id)
+    if actor is not None and resume is not None and not meta_agent.at_work(actor):
+        import ray
+
+        ray.kill(actor)  # the meta-agent of the run's failed or stopped attempt: a new one takes the run over
+        deadline = time.monotonic() + 30
+        while meta_agent.find(run_id) is not None and time.monotonic() < deadline:  # its name is free once it is gone
+            time.sleep(0.2)
+        actor = None
     if actor is None:
         actor = meta_agent.launch(profile.model_dump(), str(Path(store).resolve()), run_id)
     if detach:
@@ -126,6 +141,19 @@ def run_cmd(
         _print_final(final)
     if final.get("stage") != "done":  # with --json too: a script sees a failed run by its exit status
         raise typer.Exit(1)
+
+
+def resumed_profile(config: dict[str, Any], overrides: list[str], run_id: str) -> Any:
+    """The profile a resumed run continues with: its own, with `key=value` corrections of the fields that
+    no finished cell depends on (`RESUMABLE`); any other field is refused (UsageError)."""
+    from coevolve.config import RESUMABLE, RunProfile, validated
+
+    for o in overrides:
+        key = o.split("=", 1)[0].strip()
+        if not any(key == f or key.startswith(f + ".") for f in RESUMABLE):
+            raise UsageError(f"--resume cannot change {key!r}: finished cells depend on it (a resumed run may "
+                             f"change {', '.join(RESUMABLE)})")
+    return validated(RunProfile, dict(config), overrides, "profile", f"run {run_id}")
 
 
 def _check_served(profile: Any, store: Path) -> None:

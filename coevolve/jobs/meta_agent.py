@@ -140,7 +140,7 @@ class MetaAgent:
         backend = RayBackend(executor, judges, experts, proposer=p.proposer, trainer=trainer,
                              evaluate=self.meter.wrap(PoolEvaluator(executor).evaluate))
         run = CoEvolution(p.cycle_settings(), store, self.run_id, backend,
-                          stop_requested=lambda: bool(store.events(self.run_id, "stop")),
+                          stop_requested=lambda: stop_requested(store, self.run_id),
                           on_status=lambda s: self.state.update(s))
         return run.run()
 
@@ -156,6 +156,20 @@ def launch(profile: dict[str, Any], store_path: str, run_id: str) -> Any:
     ray.get(actor.ready.remote(), timeout=120)
     ray.get(actor.start.remote())
     return actor
+
+
+def stop_requested(store: Any, run_id: str) -> bool:
+    """A `coevolve stop` since the run was last started or resumed (a resume answers the stops before it)."""
+    kinds = [e.kind for e in store.events(run_id) if e.kind in ("stop", "resume")]
+    return bool(kinds) and kinds[-1] == "stop"
+
+
+def at_work(actor: Any) -> bool:
+    """Whether a run's meta-agent actor is still running the run (not one whose attempt failed or ended)."""
+    try:
+        return bool(ray.get(actor.status.remote(), timeout=30).get("alive"))
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
 
 
 def find(run_id: str) -> Any | None:

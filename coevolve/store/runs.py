@@ -136,11 +136,15 @@ class Runs(Database):
         raise StoreError("could not allocate a unique run id")  # pragma: no cover
 
     def update_run(
-        self, run_id: str, status: str | None = None, result: dict[str, Any] | None = None
+        self, run_id: str, status: str | None = None, result: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
     ) -> None:
-        """Set the status and/or replace the result of a run."""
+        """Set the status and/or replace the result or the config of a run (a resumed run's corrections)."""
         sets: list[str] = []
         params: list[Any] = []
+        if config is not None:
+            sets.append("config = ?")
+            params.append(_dumps(config, "config"))
         if status is not None:
             sets.append("status = ?")
             params.append(_status(status))
