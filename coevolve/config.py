@@ -295,7 +295,7 @@ class ServeSpec(BaseModel):
 # what `coevolve run --resume RUN key=value` may correct: fields no finished cell depends on (training and
 # serving settings, budgets, pool sizes); the families, models, params, evolve and data sections, seed,
 # alpha and repeats made the cells already journalled and stay as the run began
-RESUMABLE = ("train", "serve", "budget", "address", *(f"{role}.{f}" for role in ("weak", "expert", "judge")
+RESUMABLE = ("train", "serve", "budget", "address", "context_windows", *(f"{role}.{f}" for role in ("weak", "expert", "judge")
                                                       for f in ("workers", "num_cpus", "resources", "in_flight")))
 
 
@@ -318,6 +318,9 @@ class RunProfile(BaseModel):
     train: TrainSection = Field(TrainSection(), description="each cycle's adapter training")
     serve: ServeSpec = Field(ServeSpec(), description="model serving the run starts")
     budget: CycleBudget = Field(CycleBudget(), description="the run's cycles and spend")
+    context_windows: dict[str, Annotated[int, Field(ge=256, le=100_000_000)]] = Field(
+        default_factory=dict, description="role models' context windows in tokens, by litellm model name ('*': every"
+        " model not named), stored with the run; they take precedence over COEVOLVE_CONTEXT_WINDOWS")
     repeats: int = Field(2, ge=1, le=MAX_SIZE, description="test-split rollouts per instance in the final report")
     alpha: float = Field(0.1, gt=0, lt=1, description="acceptance threshold of the paired sign test")
     seed: Seed = Field(0, description="seed of the instances' sampling and the synthetic models")

@@ -90,3 +90,14 @@ def test_resumable_fields_validate_like_any_override():
         run_cli.resumed_profile(load_profile("local").model_dump(), ["evolve.val_n=3"], "r")
     with pytest.raises(ValueError, match="rank"):
         run_cli.resumed_profile(load_profile("local").model_dump(), ["train.config.rank=999"], "r")
+
+
+def test_a_profiles_context_windows_are_stored_with_the_run_and_reach_its_actors(monkeypatch):
+    from coevolve.jobs.meta_agent import context_windows_setting
+
+    profile = load_profile("local", ["context_windows={gemini/x: 32000, '*': 8000}"])
+    assert profile.model_dump()["context_windows"] == {"gemini/x": 32000, "*": 8000}
+    monkeypatch.setenv("COEVOLVE_CONTEXT_WINDOWS", "gemini/x=1000000,other/y=4096")
+    assert context_windows_setting(profile.context_windows) == "*=8000,gemini/x=32000,other/y=4096"
+    with pytest.raises(ValueError, match="context_windows"):
+        load_profile("local", ["context_windows={gemini/x: 10}"])

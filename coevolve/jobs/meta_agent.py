@@ -149,13 +149,26 @@ def launch(profile: dict[str, Any], store_path: str, run_id: str) -> Any:
     """Start the detached meta-agent actor for a run (Ray must be initialised)."""
     from coevolve.services.pools.base import worker_env
 
+    env = {variable("store"): store_path}
+    if profile.get("context_windows"):
+        env[variable("context_windows")] = context_windows_setting(profile["context_windows"])
     actor = ray.remote(MetaAgent).options(
         name=actor_name(run_id), namespace=NAMESPACE, lifetime="detached", max_concurrency=8, num_cpus=0,
-        runtime_env={"env_vars": worker_env({variable("store"): store_path})},
+        runtime_env={"env_vars": worker_env(env)},
     ).remote(profile, store_path, run_id)
     ray.get(actor.ready.remote(), timeout=120)
     ray.get(actor.start.remote())
     return actor
+
+
+def context_windows_setting(windows: dict[str, int]) -> str:
+    """COEVOLVE_CONTEXT_WINDOWS for a run's actors: the profile's windows, then the client's setting for the
+    models the profile does not name."""
+    from coevolve.settings import environment
+
+    mine = dict(item.split("=", 1) for item in environment().context_windows.split(",") if "=" in item)
+    merged = {**{k.strip(): v.strip() for k, v in mine.items()}, **{k: str(v) for k, v in windows.items()}}
+    return ",".join(f"{k}={v}" for k, v in sorted(merged.items()))
 
 
 def stop_requested(store: Any, run_id: str) -> bool:
