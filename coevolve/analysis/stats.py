@@ -78,6 +78,17 @@ class PassRate:
         }
 
 
+INFRA_SHARE = 0.1  # above this share of rollouts failed for infrastructure, a measurement is not a score
+
+
+def infra_note(infra: int, rollouts: int) -> str | None:
+    """Why a set of rollouts is no score (more than `INFRA_SHARE` of them failed for infrastructure), or None."""
+    if rollouts and infra > INFRA_SHARE * rollouts:
+        return (f"{infra} of {rollouts} rollouts failed for infrastructure (more than {INFRA_SHARE:.0%}): the pass "
+                f"rate is over the other {rollouts - infra} only and measures the infrastructure as much as the model")
+    return None
+
+
 def cap_note(cap: int) -> str:
     """The line a report prints when pass^k stops below the eval's repeats."""
     if cap < 1:

@@ -45,7 +45,11 @@ def eval_table(results: Sequence[Any]) -> None:
             r.run_id,
         )
     console.print(t)
-    from coevolve.analysis.stats import cap_note
+    from coevolve.analysis.stats import cap_note, infra_note
+
+    for r in results:
+        if note := infra_note(r.rate.infra, r.rate.rollouts):
+            console.print(escape(f"{r.summary.family} {r.summary.model}: not a score: {note}"), style="bold red")
 
     for r in results:
         if r.repeats > 1:

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from coevolve.analysis.stats import PassRate, cap_note, pass_rate
+from coevolve.analysis.stats import PassRate, cap_note, infra_note, pass_rate
 from coevolve.analysis.summary import TESTBED_NOTICE, failure_causes, summarise
 from coevolve.config import SEED_MAX, check_seed
 from coevolve.jobs.runtime import rollout_pool, use_store
@@ -94,6 +94,9 @@ class EvalResult:
         }
         if cap < self.repeats:
             out["pass_hat_k_note"] = cap_note(cap)
+        out["infra"] = self.rate.infra
+        if note := infra_note(self.rate.infra, self.rate.rollouts):
+            out["infra_note"] = note
         if self.tau2 is not None:
             out["tau2"] = self.tau2
         if s.model.startswith("synthetic/"):

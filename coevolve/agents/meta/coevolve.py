@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,11 +36,18 @@ import structlog
 from coevolve.agents.backend import Backend
 from coevolve.agents.meta.acceptance import PairedResult, SignTest
 from coevolve.agents.meta.loop import Journal
-from coevolve.analysis.stats import paired_difference, pass_rate
+from coevolve.analysis.stats import infra_note, paired_difference, pass_rate
 from coevolve.store.store import rollout_key
 from coevolve.values import Harness, TaskInstance, Trajectory
 
 log = structlog.get_logger(role="meta")
+
+
+INFRA_MIN = 20  # rollouts a run has seen before its infrastructure share is judged
+
+
+class InfraFailure(RuntimeError):
+    """More than `INFRA_SHARE` of a run's rollouts failed for infrastructure: the run fails with the cause."""
 
 
 @dataclass
@@ -105,6 +113,8 @@ class CoEvolution:
         self.spend.proposer_usd = sum(self._proposer_usd(c) for k, c in self.done.items() if k.startswith("evolve:"))
         self._sync_spend()
         self.status: dict[str, Any] = {"stage": "starting"}
+        self.rollouts_seen = 0
+        self.infra_causes: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ bookkeeping
     def _runs(self) -> list[str]:
@@ -134,11 +144,24 @@ class CoEvolution:
         todo = {k: job for k, job in zip(keys, jobs) if k not in have}
         if todo:
             fresh = self.backend.evaluate(list(todo.values()), model)
+            self._count_infra(fresh)
             self.journal.put_trajectories(self.run_id, fresh, batch=f"{label}-{secrets.token_hex(3)}")
             self.spend.rollouts += len(fresh)
             self.spend.rollout_usd += sum(t.cost_usd for t in fresh)
             have.update(zip(todo, fresh))
         return [have[k] for k in keys]
+
+    def _count_infra(self, trajs: Sequence[Trajectory]) -> None:
+        """Fail the run once more than `INFRA_SHARE` of its rollouts (at least `INFRA_MIN` seen) failed for
+        infrastructure: what it would go on to measure is the infrastructure, not the model."""
+        self.rollouts_seen += len(trajs)
+        for t in trajs:
+            if t.error == "infra":
+                self.infra_causes[(t.error_detail or "unknown")[:160]] += 1
+        infra = sum(self.infra_causes.values())
+        if self.rollouts_seen >= INFRA_MIN and (note := infra_note(infra, self.rollouts_seen)):
+            cause, n = self.infra_causes.most_common(1)[0]
+            raise InfraFailure(f"{note}; most often ({n}): {cause}")
 
     def _check(self) -> None:
         """A safe point: budgets and stop requests are honoured between cells."""
@@ -335,6 +358,7 @@ class _Counting:
 
     def evaluate(self, jobs: Sequence[tuple[TaskInstance, Harness, int]], model: str) -> list[Trajectory]:
         out = self.owner.backend.evaluate(jobs, model)
+        self.owner._count_infra(out)
         self.owner.spend.rollouts += len(out)
         self.owner.spend.rollout_usd += sum(t.cost_usd for t in out)
         return out
