@@ -216,6 +216,7 @@ CASES: tuple[Case, ...] = (
     C("run-usd-1e400", "run", "local", "budget.usd=1e400", *S, expect="budget.usd"),
     C("run-usd-nan", "run", "local", "budget.usd=.nan", *S, expect="budget.usd"),
     C("run-num-cpus-inf", "run", "local", "weak.num_cpus=.inf", *S, expect="weak.num_cpus"),
+    C("run-resources-ray-cpu", "run", "local", "weak.resources={CPU: 2}", *S, expect="one of Ray's own"),
     C("run-cpu-no-server", "run", "cpu", *S, expect="needs a vLLM server"),
     C("run-evolve-budget-below-one-guard-decision", "run", "local", "evolve.rollouts=20", *S, expect="too small for one release-guard decision"),
     C("evolve-budget-below-one-guard-decision", "evolve", "--budget-rollouts", "10", *S, expect="too small for one guard decision"),

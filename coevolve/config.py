@@ -134,6 +134,8 @@ class RoleSpec(BaseModel):
     @classmethod
     def _amounts(cls, v: dict[str, float]) -> dict[str, float]:
         for name, amount in v.items():
+            if name in ("CPU", "GPU", "memory", "object_store_memory"):  # Ray refuses these as custom resources
+                raise ValueError(f"resource {name!r} is one of Ray's own: set num_cpus or num_gpus instead")
             if not 0 <= _finite(amount) <= MAX_RESOURCE:
                 raise ValueError(f"resource {name!r} must be in 0..{MAX_RESOURCE}")
         return v

@@ -51,3 +51,9 @@ def test_a_profiles_params_reach_every_instance_a_run_evaluates(monkeypatch, tmp
 def test_a_knob_the_family_does_not_have_is_refused(override, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_profile("local", ["families=[iot]", override])
+
+
+def test_rays_own_resources_are_refused_as_custom_resources():
+    with pytest.raises(ValueError, match="resource 'CPU' is one of Ray's own: set num_cpus"):
+        load_profile("local", ["weak.resources={CPU: 2}"])
+    assert load_profile("local", ["weak.resources={trainer: 1}"]).weak.resources == {"trainer": 1}
