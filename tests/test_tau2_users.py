@@ -297,3 +297,19 @@ def test_the_llm_user_writes_its_own_opening_with_the_rollouts_seed(fake_user_mo
     env2 = fam.make_env(fam.instance("tau2-retail/test/12"))
     env2.open_conversation(7)
     assert calls[-1]["params"].get("seed") == 7
+
+
+@pytest.mark.parametrize("instructions, proposal, yes", [
+    ("You want to change your flight to Friday. You do not want to cancel the reservation under any circumstances.",
+     "Shall I cancel reservation ABC123?", False),
+    ("You want to change your flight to Friday. You do not want to cancel the reservation under any circumstances.",
+     "Shall I change reservation ABC123 to Friday?", True),
+    ("Don't forget to cancel reservation ABC123.", "Shall I cancel reservation ABC123?", True),  # a double negation affirms
+    ("You want a refund, never an exchange.", "Shall I exchange the lamp?", False),
+])
+def test_a_confirmation_of_what_the_scenario_negates_is_declined(instructions, proposal, yes) -> None:
+    from coevolve.tasks.tau2.data import Scenario
+
+    sc = Scenario("You are calling about reservation ABC123.", "You are Ada Li.", "", instructions)
+    reply = talk(sc, 0, [proposal])[1]
+    assert reply.startswith("Yes") is yes, reply

@@ -169,6 +169,23 @@ def _negations(sentence: str, covered: Sequence[Span], contrastive: bool = True)
     return out
 
 
+def affirmed(text: str) -> str:
+    """`text` (lower-cased, sentence by sentence) with what each negator denies taken out: "you do not want
+    to cancel it under any circumstances" keeps "you do", so a word search over the result finds only what
+    the text affirms."""
+    out = []
+    for sentence in _sentences(text):
+        cut = sorted(span for negator, scope in _negations(sentence, ()) for span in (negator, scope))
+        kept, at = [], 0
+        for a, b in cut:
+            if a > at:
+                kept.append(sentence[at:a])
+            at = max(at, b)
+        kept.append(sentence[at:])
+        out.append(" ".join("".join(kept).split()))
+    return "\n".join(out)
+
+
 def _unnegated(sentence: str, span: Span) -> str:
     """`sentence` with the negator at `span` taken out ("do not ignore" -> "do ignore", "isn't" -> "is")."""
     word = sentence[span[0] : span[1]].replace("’", "'")

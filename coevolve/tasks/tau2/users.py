@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.tasks.base import affirmed
 from coevolve.tasks.tau2.data import Scenario
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
@@ -275,11 +276,12 @@ def action_classes(text: str) -> set[str]:
 
 def supports(sc: Scenario, proposal: str) -> bool:
     """The lexical check behind a "yes": the agent's proposal names at least one action class, every action
-    class it names is named somewhere in the customer's reason for calling or task instructions, and every
+    class it names is affirmed somewhere in the customer's reason for calling or task instructions (not only
+    named under a negation: "you do not want to cancel"), and every
     reservation, order or item id it names is one the scenario names (when the scenario names ids)."""
     wanted_text = f"{sc.reason_for_call}\n{sc.task_instructions}"
     proposed = action_classes(proposal)
-    if not proposed or not proposed <= action_classes(wanted_text):
+    if not proposed or not proposed <= action_classes(affirmed(wanted_text)):
         return False
     scenario_ids = set(_ID_TOKEN.findall(f"{wanted_text}\n{sc.known_info}"))
     named = set(_ID_TOKEN.findall(proposal))
