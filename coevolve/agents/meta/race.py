@@ -194,6 +194,7 @@ class RaceEvolution(HarnessEvolution):
             while st.step < self.cfg.budget.iterations:
                 self._check_budget()
                 self._step(st.step)
+                self._guard(st.step)
                 st.step += 1
                 st.spend.iterations = st.step
                 self._checkpoint_race()
@@ -260,7 +261,6 @@ class RaceEvolution(HarnessEvolution):
         merges = self._merges([r for r in races if r.verdict == "admitted"], step)
         if merges:
             self._race(merges, step)
-        self._guard(step)
 
     def _remember_invalid(self, p: Proposal, parent_id: str, step: int) -> None:
         """An edit that could not be raced (it did not apply, or a filter held it out) enters the history
