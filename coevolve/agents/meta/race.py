@@ -35,7 +35,9 @@ common), the two edits applied together are raced like any child, against the be
 member has not failed the guard, a guard attempt opens: it races the member against the last released
 harness on fresh pairs (val instances after the first `val_n`, new seeds) under the betting e-process of
 `coevolve.agents.meta.guard`, and the member is released only when the e-value crosses 1/alpha_j, so
-P(the run ever releases a non-improvement) <= alpha. The open attempt shares the budget with the search:
+P(the run ever releases a non-improvement) <= alpha. No attempt opens before the search has used
+`GUARD_AFTER` of the rollout budget (edits compound first, and an attempt tests what they add up to: a
+larger effect needs fewer fresh pairs); from then on the open attempt shares the budget with the search:
 after each step it gets guard pairs until the guard has spent `GUARD_SHARE` of the rollouts used, and
 the rollouts the search cannot use at the end of the budget all go to it. It closes when it releases,
 when it is abandoned (the posterior chance that the member is better falls below `ABANDON_BELOW`; the
@@ -85,9 +87,10 @@ from coevolve.values import (
     Trajectory,
 )
 
-ADMIT_AT = 0.8  # a child is admitted when its posterior P(better than its parent) is at least this on the val pairs
+ADMIT_AT = 0.65  # a child is admitted when its posterior P(better than its parent) is at least this on the val pairs
 DROP_BELOW = 0.2  # a child whose posterior P(better than its parent) falls below this is dropped
 GUARD_SHARE = 0.5  # the share of the rollouts used that the open guard attempt may have spent after a step
+GUARD_AFTER = 0.5  # no guard attempt opens before the search has used this share of the rollout budget
 INCUMBENT_SHARE = 0.5  # how often the parent is the pool's best val mean
 PROPOSER_PATIENCE = 3  # steps in a row whose proposer call failed (after the gateway's retries) end the run
 
@@ -452,6 +455,8 @@ class RaceEvolution(HarnessEvolution):
             self._guard_event(attempt, step)
             st.attempt, attempt = None, None
         if attempt is None:
+            if not tail and st.spend.rollouts < GUARD_AFTER * self.cfg.budget.rollouts:
+                return  # the search first: edits compound, and the guard tests what they add up to
             if best == released or best in st.guard_failed or self._mean(best) <= self._mean(released):
                 return
             if st.attempts + 1 >= MAX_ATTEMPTS:
