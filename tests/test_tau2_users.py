@@ -313,3 +313,34 @@ def test_a_confirmation_of_what_the_scenario_negates_is_declined(instructions, p
     sc = Scenario("You are calling about reservation ABC123.", "You are Ada Li.", "", instructions)
     reply = talk(sc, 0, [proposal])[1]
     assert reply.startswith("Yes") is yes, reply
+
+
+def test_a_customer_whose_model_cannot_be_reached_is_an_infra_failure_not_the_agents(monkeypatch: Any) -> None:
+    import litellm
+    from litellm import CustomLLM
+    from litellm.utils import custom_llm_setup
+
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.data import tau2
+    from tests.rollouts import rollout_all
+
+    tau2()
+
+    class Down(CustomLLM):
+        def completion(self, *args: Any, **kw: Any) -> Any:
+            raise ConnectionRefusedError("connection refused: 127.0.0.1:9")
+
+    entry = {"provider": "downuser", "custom_handler": Down()}
+    litellm.custom_provider_map.append(entry)
+    custom_llm_setup()
+    monkeypatch.setenv("COEVOLVE_TAU2_USER_MODEL", "downuser/sim")
+    monkeypatch.delenv("COEVOLVE_TAU2_USER_ARGS", raising=False)
+    monkeypatch.setattr("coevolve.tasks.tau2.users.time.sleep", lambda s: None)
+    try:
+        fam = get_family("tau2-retail")
+        [t] = rollout_all([fam.instance("tau2-retail/test/12")], fam.baseline_harness(), "synthetic/weak")
+    finally:
+        litellm.custom_provider_map.remove(entry)
+        custom_llm_setup()
+    assert t.error == "infra" and t.outcome is None and not t.passed
+    assert t.error_detail.startswith("the customer's model could not be reached: user model downuser/sim failed 4 times")

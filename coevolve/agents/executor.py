@@ -290,6 +290,8 @@ class Executor:
                 break
         else:
             error, error_detail = "task", f"turn limit {harness.max_turns} reached without finish"
+        if getattr(env, "infra_error", "") and error != "infra":  # a service outside the agent failed the episode
+            error, error_detail = "infra", env.infra_error
         if error == "infra":
             outcome = None
         elif getattr(env, "blocking_tools", None):  # its checker reads the same services (e.g. a sandbox run)

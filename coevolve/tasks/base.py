@@ -572,6 +572,9 @@ class TaskEnv(ABC):
     called from a thread other than the one that created it (sqlite: `check_same_thread=False`)."""
 
     blocking_tools: frozenset[str] = frozenset()
+    # an outage of a service the episode depends on and the agent does not control (tau2's simulated
+    # customer's model): set, the rollout is an infrastructure failure, never scored as the agent's
+    infra_error: str = ""
 
     def __init__(self, instance: TaskInstance):
         self.instance = instance

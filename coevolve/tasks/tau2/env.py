@@ -142,7 +142,7 @@ class Tau2Env(TaskEnv):
         try:
             self.opening = _opening(self.user, sc)
         except RuntimeError as e:  # the LLM user could not be reached for its first message
-            self.user_error = str(e)
+            self.user_error = self.infra_error = f"the customer's model could not be reached: {e}"
             self._end(self.t.simulation.TerminationReason.USER_ERROR)
             return ""
         first = getattr(self.user, "first", None)  # the simulator's own UserMessage (cost, usage), if any
@@ -307,7 +307,7 @@ class Tau2Env(TaskEnv):
         try:
             return self.user.reply_message(said)
         except RuntimeError as e:
-            self.user_error = str(e)
+            self.user_error = self.infra_error = f"the customer's model could not be reached: {e}"
             self._end(self.t.simulation.TerminationReason.USER_ERROR)
             return None
 
