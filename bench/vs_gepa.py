@@ -1015,6 +1015,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--test-repeats", type=int, default=2)
     ap.add_argument("--no-merge", action="store_true")
+    ap.add_argument("--no-main", action="store_true", help="only the null and harmful runs (the comparison's cells run elsewhere)")
     ap.add_argument("--null-runs", type=int, default=200, help="null-proposer runs per budget (0: none)")
     ap.add_argument("--harmful-runs", type=int, default=None, help="harmful-proposer runs per budget (default: --null-runs)")
     ap.add_argument("--arm-families", default="all", help="families the null and harmful runs rotate over")
@@ -1054,6 +1055,8 @@ def main(argv: list[str] | None = None) -> None:
                 val_seeds=args.val_seeds, gepa_val_sizes=tuple(parse_ints(args.gepa_val_sizes, "--gepa-val-sizes")),
                 train_batch=args.train_batch, minibatch=args.minibatch, use_merge=not args.no_merge, alpha=args.alpha,
                 arms=arms, test_repeats=args.test_repeats)
+            if args.no_main:
+                configs = [c for c in configs if c.kind != "main"]
             check(configs)
         except ValueError as e:
             ap.error(str(e))
