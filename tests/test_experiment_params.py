@@ -248,6 +248,7 @@ PROFILE_TO_CYCLE = [
     ("evolve.rollouts=99", "evolve_rollouts", 99), ("evolve.val_n=9", "val_n", 9), ("evolve.val_seeds=3", "val_seeds", 3),
     ("evolve.train_batch=11", "train_batch", 11), ("data.rows=13", "rows", 13), ("data.samples=5", "samples", 5),
     ("data.k=6", "k", 6), ("repeats=4", "repeats", 4), ("alpha=0.05", "alpha", 0.05), ("seed=17", "seed", 17),
+    ("params={difficulty: 1, size: 0}", "params", {"difficulty": 1, "size": 0}),
 ]
 
 
