@@ -222,6 +222,12 @@ class _State:
 
 
 class HarnessEvolution:
+    """The paired sign-test loop (`search="loop"`; module docstring). Its state is checkpointed as a
+    `state_type` whose `cache_field` maps harness id -> val pair index -> outcome."""
+
+    state_type: type = _State
+    cache_field = "val_cache"
+
     def __init__(
         self,
         config: EvolveConfig,
@@ -545,18 +551,19 @@ class HarnessEvolution:
         st = self._state
         self._tick()
         payload = dataclasses.asdict(st)
-        payload["val_cache"] = {h: {str(k): v for k, v in c.items()} for h, c in st.val_cache.items()}
+        payload[self.cache_field] = {h: {str(k): v for k, v in c.items()} for h, c in getattr(st, self.cache_field).items()}
         self.journal.append_event(self.run_id, "checkpoint", payload)
 
-    def _restore(self) -> _State | None:
+    def _restore(self) -> Any:
+        """The state the last checkpoint holds (a `state_type`), or None before the first."""
         cps = self.journal.events(self.run_id, "checkpoint")
         if not cps:
             return None
         d = dict(cps[-1].payload)
         d["spend"] = Spend(**d["spend"])
-        d["val_cache"] = {h: {int(k): v for k, v in c.items()} for h, c in d["val_cache"].items()}
+        d[self.cache_field] = {h: {int(k): v for k, v in c.items()} for h, c in d[self.cache_field].items()}
         d["gain_curve"] = [tuple(x) for x in d["gain_curve"]]
-        return _State(**d)
+        return self.state_type(**d)
 
     def _progress(self, it: int, phase: str, **extra: Any) -> None:
         if not self.on_progress:

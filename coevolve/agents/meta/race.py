@@ -165,6 +165,9 @@ class RaceEvolution(HarnessEvolution):
     """The racing search with guarded release (module docstring); the evolution's rollouts, budgets and
     journal are `HarnessEvolution`'s."""
 
+    state_type = _RaceState
+    cache_field = "outcomes"
+
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
         cfg = self.cfg
@@ -177,7 +180,7 @@ class RaceEvolution(HarnessEvolution):
 
     # ------------------------------------------------------------------ public
     def run(self, resume: bool = False, start: Harness | None = None) -> EvolveResult:
-        st = self._restore_race() if resume else None
+        st = self._restore() if resume else None
         baseline = start or self.family.baseline_harness()
         if st is None:
             self.journal.put_harness(baseline, rationale="family baseline" if start is None else "start", run_id=self.run_id)
@@ -200,7 +203,7 @@ class RaceEvolution(HarnessEvolution):
                 self._guard(st.step)
                 st.step += 1
                 st.spend.iterations = st.step
-                self._checkpoint_race()
+                self._checkpoint()
         except BudgetExhausted as e:
             reason = f"budget:{e}"
         try:  # what the search could not use goes to the open guard attempt
@@ -499,24 +502,6 @@ class RaceEvolution(HarnessEvolution):
 
     def _guard_event(self, attempt: GuardAttempt, step: int) -> None:
         self.journal.append_event(self.run_id, "guard", {"iteration": step, **attempt.as_json()})
-
-    # ------------------------------------------------------------------ journal
-    def _checkpoint_race(self) -> None:
-        st = self._state
-        self._tick()
-        payload = dataclasses.asdict(st)
-        payload["outcomes"] = {h: {str(k): v for k, v in c.items()} for h, c in st.outcomes.items()}
-        self.journal.append_event(self.run_id, "checkpoint", payload)
-
-    def _restore_race(self) -> _RaceState | None:
-        cps = self.journal.events(self.run_id, "checkpoint")
-        if not cps:
-            return None
-        d = dict(cps[-1].payload)
-        d["spend"] = Spend(**d["spend"])
-        d["outcomes"] = {h: {int(k): v for k, v in c.items()} for h, c in d["outcomes"].items()}
-        d["gain_curve"] = [tuple(x) for x in d["gain_curve"]]
-        return _RaceState(**d)
 
     def _progress(self, it: int, phase: str, **extra: Any) -> None:
         if not self.on_progress:
