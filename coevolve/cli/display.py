@@ -181,8 +181,9 @@ class EvolveProgress:
 def evolve_summary(out: dict[str, Any]) -> None:
     console.print(
         f"[bold]{escape(out['family'])}[/bold] {escape(out['model'])}: val {out['baseline_val']:.1%} -> {out['evolved_val']:.1%} "
-        "(the split that accepted the edits) "
-        f"in {out['iterations']} iterations, {out['rollouts_used']} rollouts ({escape(out['stop_reason'])})"
+        + ("(the search's val pairs; each release was decided on fresh guard pairs) " if out.get("search") == "race"
+           else "(the split that accepted the edits) ")
+        + f"in {out['iterations']} iterations, {out['rollouts_used']} rollouts ({escape(out['stop_reason'])})"
     )
     if out.get("guard"):
         console.print(escape(out["guard"]), highlight=False)
