@@ -164,10 +164,9 @@ def launch(profile: dict[str, Any], store_path: str, run_id: str) -> Any:
 def context_windows_setting(windows: dict[str, int]) -> str:
     """COEVOLVE_CONTEXT_WINDOWS for a run's actors: the profile's windows, then the client's setting for the
     models the profile does not name."""
-    from coevolve.settings import environment
+    from coevolve.services.context_windows import WINDOWS_ENV, _pairs
 
-    mine = dict(item.split("=", 1) for item in environment().context_windows.split(",") if "=" in item)
-    merged = {**{k.strip(): v.strip() for k, v in mine.items()}, **{k: str(v) for k, v in windows.items()}}
+    merged = {**_pairs(WINDOWS_ENV), **{k: str(v) for k, v in windows.items()}}
     return ",".join(f"{k}={v}" for k, v in sorted(merged.items()))
 
 

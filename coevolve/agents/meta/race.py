@@ -83,7 +83,6 @@ from coevolve.values import (
     SetDecoding,
     SetMaxTurns,
     SetSection,
-    TaskInstance,
     Trajectory,
 )
 
@@ -321,18 +320,8 @@ class RaceEvolution(HarnessEvolution):
             return [t for t in trajs if not t.passed and t.error != "infra"]
         ev = entry["evidence"]
         jobs = [(self._train_by_id[i], harness, ev["seed"]) for i in ev["instances"]]
-        trajs = self._stored(jobs)  # paid for when collected
+        trajs = self._rollouts(jobs, f"s{step}-evidence")  # stored when collected: read back, not paid again
         return [t for t in trajs if not t.passed and t.error != "infra"]
-
-    def _stored(self, jobs: list[tuple[TaskInstance, Harness, int]]) -> list[Trajectory]:
-        from coevolve.store.store import rollout_key
-
-        keys = [rollout_key(inst, h.id, self.cfg.model, seed) for inst, h, seed in jobs]
-        have = self.journal.stored_rollouts([self.run_id], keys)
-        missing = [job for k, job in zip(keys, jobs) if k not in have]
-        if missing:  # never expected: collected evidence is in the store
-            raise RuntimeError(f"{len(missing)} evidence rollouts are missing from run {self.run_id}")
-        return [have[k] for k in keys]
 
     # ------------------------------------------------------------------ val pairs
     def _mean(self, member: str) -> float:
