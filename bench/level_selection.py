@@ -2,15 +2,18 @@
 
 For each level of the ladder (coevolve.tasks.helpers.LEVELS, in order) and each candidate family: the model
 under the rule's **oracle** harness and its **baseline** harness (coevolve.tasks.helpers.selection_harnesses)
-on the val split, all 50 instances x seeds {0, 1}. Every cell is one `coevolve eval` run in the store
-(`--store`), so a cut-short cell continues where it stopped when the same command runs again (its
-stored rollouts are reused), and the cells already finished are read back from `--out` (one JSON line
+on the val split, at most all 50 instances x seeds {0, 1}, sequentially (design §10.3): in looks of 10
+instances x 2 seeds, each look one `coevolve eval` run in the store (`--store`), the cell stopping at the
+first look whose 99% Wilson interval lies wholly below 10%, above 90% or inside [10%, 90%]. A cut-short
+look continues where it stopped when the same command runs again (its stored rollouts are reused), a
+finished look is read back from the store, and finished cells are read back from `--out` (one JSON line
 per cell) and not run again.
 
 Order: the oracle cells of a level before its baseline cells, a level before the next, so the rule's
 decision (the lowest level where at least two families' oracle val rate is within [10%, 90%]) is known
 as early as the measurements allow; `--levels` and `--harnesses` restrict what runs (the table then
-shows what is measured). The rule itself is `choose_level` below, fixed before any SmolLM2 run.
+shows what is measured). The rule itself is `choose_level` below, fixed before any SmolLM2 run; its
+sequential cells (`look_decision`, `verdict`) by the dated amendment of design §10.
 
     # a served SmolLM2 (coevolve serve --config deploy/serve/cpu-smollm2.yaml --store .coevolve-real ...)
     .venv/bin/python bench/level_selection.py --model vllm/smollm2 --store .coevolve-real \\
@@ -41,28 +44,61 @@ QUALIFY = (0.10, 0.90)  # a family qualifies at a level when its oracle val rate
 MIN_FAMILIES = 2  # the experiment's level is the lowest level with at least this many qualifying families
 MAX_FAMILIES = 3  # of which at most this many run: those whose oracle rate is nearest 50%
 VAL_N, SEEDS = 50, 2
+# Sequential cells (design §10.3): looks of LOOK val instances x SEEDS seeds, decided at each look by a
+# Wilson interval at 99% (5 looks x 1%, Bonferroni); after the last look by the point estimate.
+LOOK, Z_LOOK = 10, 2.576
+MAX_INFRA = 0.10  # a cell with a larger share of infrastructure failures is not decided (rerun it)
+DECIDED_BY_LOOK = ("below", "above", "inside")
 
 
 def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def choose_level(rates: dict[tuple[str, str], float], levels: list[str], families: list[str]) -> dict[str, Any]:
-    """The selection rule (design §4, steps 3-4) on oracle val rates {(level, family): rate}.
+def look_decision(passed: int, scored: int) -> str | None:
+    """What a look decides from the cell's tally so far: "below" (the 99% interval lies wholly under
+    10%), "above" (wholly over 90%), "inside" (wholly within [10%, 90%]), or None (go on)."""
+    from coevolve.analysis.rollouts import wilson_interval
+
+    if scored <= 0:
+        return None
+    lo, hi = wilson_interval(passed, scored, Z_LOOK)
+    if hi < QUALIFY[0]:
+        return "below"
+    if lo > QUALIFY[1]:
+        return "above"
+    if QUALIFY[0] <= lo and hi <= QUALIFY[1]:
+        return "inside"
+    return None
+
+
+def verdict(cell: dict[str, Any]) -> bool | None:
+    """Whether a measured cell's family qualifies: by the look that stopped it, else by the point estimate
+    of a cell that ran all the rule's rollouts; None when the cell decides nothing (a pilot cut short)."""
+    stopped = cell.get("stopped", "point")
+    if stopped in DECIDED_BY_LOOK:
+        return stopped == "inside"
+    if cell["rollouts"] - cell.get("infra", 0) < VAL_N * SEEDS * (1 - MAX_INFRA):
+        return None
+    return QUALIFY[0] <= cell["pass_at_1"] <= QUALIFY[1]
+
+
+def choose_level(decided: dict[tuple[str, str], tuple[float, bool]], levels: list[str], families: list[str]) -> dict[str, Any]:
+    """The selection rule (design §4, steps 3-4, with §10.3's sequential cells) on the oracle cells
+    {(level, family): (pass rate, qualifies)}.
 
     Returns {"level": name or None, "families": [...], "qualifying": {level: [families]}, "complete":
     whether every cell the decision depends on is measured}. A level is decided only when all its
     families are measured and every lower level is measured and fails."""
-    lo, hi = QUALIFY
     qualifying: dict[str, list[str]] = {}
     for level in levels:
-        measured = [f for f in families if (level, f) in rates]
-        qualifying[level] = [f for f in measured if lo <= rates[level, f] <= hi]
+        measured = [f for f in families if (level, f) in decided]
+        qualifying[level] = [f for f in measured if decided[level, f][1]]
         if len(measured) < len(families):  # this level's decision waits for its missing cells
             return {"level": None, "families": [], "qualifying": qualifying, "complete": False}
         if len(qualifying[level]) >= MIN_FAMILIES:
             order = {f: i for i, f in enumerate(families)}
-            best = sorted(qualifying[level], key=lambda f: (abs(rates[level, f] - 0.5), order[f]))
+            best = sorted(qualifying[level], key=lambda f: (abs(decided[level, f][0] - 0.5), order[f]))
             return {"level": level, "families": best[:MAX_FAMILIES], "qualifying": qualifying, "complete": True}
     return {"level": None, "families": [], "qualifying": qualifying, "complete": True}
 
@@ -72,9 +108,30 @@ def cells_by_key(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     return {(c["model"], c["level"], c["family"], c["harness"]): c for c in read_cells(path)}
 
 
-def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int, in_flight: int) -> dict[str, Any]:
-    """One cell: an eval run of `model` under the rule's `kind` harness at `level`'s params."""
+def run_look(store: Path, model: str, family: str, harness_id: str, params: tuple, start: int, n: int,
+             workers: int, in_flight: int) -> dict[str, Any]:
+    """One look: val instances start .. start + n - 1 x SEEDS seeds, as an eval run. A look an earlier
+    invocation finished (a done eval of the same request with few enough infra failures) is read back."""
     from coevolve.jobs import EvalRequest, run_eval, validate_eval
+    from coevolve.store.store import HarnessStore
+
+    req = EvalRequest(family, "val", n, harness_id, (model,), workers, 0, None, repeats=SEEDS, params=params,
+                      max_in_flight=in_flight, start=start)
+    want = {"family": family, "split": "val", "n": n, "harness_id": harness_id, "model": model, "seed": 0,
+            "repeats": SEEDS, "params": dict(params)} | ({"start": start} if start else {})
+    with HarnessStore(store, create=True) as hs:
+        for run in reversed(hs.list_runs("eval", status="done")):
+            cfg = {k: v for k, v in run.config.items() if k != "workers"}
+            if cfg == want and run.result.get("infra", 0) <= MAX_INFRA * run.result["n"]:
+                return run.result
+    [res] = run_eval(validate_eval(req, store), progress=sys.stderr.isatty())
+    return res.as_json()
+
+
+def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int, in_flight: int) -> dict[str, Any]:
+    """One sequential cell (design §10.3): `model` under the rule's `kind` harness at `level`'s params,
+    look by look until a look decides or `n` instances are measured."""
+    from coevolve.analysis.rollouts import wilson_interval
     from coevolve.store.store import HarnessStore
     from coevolve.tasks.helpers import LEVELS, selection_harnesses
 
@@ -83,21 +140,49 @@ def run_cell(store: Path, model: str, level: str, family: str, kind: str, worker
         hs.put_harness(harness, rationale=f"level selection: the rule's {kind} harness (docs/results/real-weights-design.md §3)")
         hs.set_alias(f"{family}:selection-{kind}", harness.id)
     params = tuple(sorted(LEVELS[level].items()))
-    req = EvalRequest(family, "val", n, harness.id, (model,), workers, 0, None, repeats=SEEDS, params=params, max_in_flight=in_flight)
     started = time.perf_counter()
-    [res] = run_eval(validate_eval(req, store), progress=sys.stderr.isatty())
-    out = res.as_json()
+    looks: list[dict[str, Any]] = []
+    tally = {"rollouts": 0, "passed": 0, "infra": 0, "loop_ended": 0, "turns": 0.0, "tokens": 0}
+    causes: dict[str, int] = {}
+    stopped = "point"
+    for first in range(0, n, LOOK):
+        out = run_look(store, model, family, harness.id, params, first, min(LOOK, n - first), workers, in_flight)
+        tally["rollouts"] += out["n"]
+        tally["passed"] += out["passed"]
+        tally["infra"] += out.get("infra", 0)
+        tally["loop_ended"] += out.get("loop_ended", 0)
+        tally["turns"] += out["mean_turns"] * out["n"]
+        tally["tokens"] += out["total_tokens"]
+        for k, v in out["failure_causes"].items():
+            causes[k] = causes.get(k, 0) + v
+        scored = tally["rollouts"] - tally["infra"]
+        decision = look_decision(tally["passed"], scored)
+        looks.append({"run_id": out["run_id"], "instances": [first, first + out["n"] // SEEDS - 1], "passed": tally["passed"],
+                      "scored": scored, "ci99": [round(x, 4) for x in wilson_interval(tally["passed"], scored, Z_LOOK)],
+                      "decision": decision})
+        progress(f"  look {len(looks)}: {tally['passed']}/{scored} passed, 99% {looks[-1]['ci99']} -> {decision or 'go on'}")
+        if decision:
+            stopped = decision
+            break
+    scored = tally["rollouts"] - tally["infra"]
+    if tally["infra"] > MAX_INFRA * tally["rollouts"]:
+        raise RuntimeError(f"{family} {level} {kind}: {tally['infra']} of {tally['rollouts']} rollouts were infrastructure "
+                           "failures; the cell is not decided (fix the server and run again: finished looks are kept)")
+    rate = tally["passed"] / scored if scored else 0.0
     return {
         "model": model, "level": level, "params": dict(params), "family": family, "harness": kind,
-        "harness_id": harness.id, "run_id": out["run_id"], "pass_at_1": out["pass_at_1"], "ci95": out["ci95"],
-        "rollouts": out["n"], "passed": out["passed"], "errors": out["errors"], "failure_causes": out["failure_causes"],
-        "mean_turns": out["mean_turns"], "total_tokens": out["total_tokens"], "seconds": round(time.perf_counter() - started, 1),
+        "harness_id": harness.id, "pass_at_1": round(rate, 4),
+        "ci95": [round(x, 4) for x in wilson_interval(tally["passed"], scored)], "rollouts": tally["rollouts"],
+        "passed": tally["passed"], "infra": tally["infra"], "loop_ended": tally["loop_ended"], "failure_causes": causes,
+        "mean_turns": round(tally["turns"] / max(tally["rollouts"], 1), 2), "total_tokens": tally["tokens"],
+        "stopped": stopped, "looks": looks, "seconds": round(time.perf_counter() - started, 1),
     }
 
 
 def table(cells: dict[tuple[str, str, str, str], dict[str, Any]], model: str, levels: list[str], families: list[str]) -> str:
-    sizes = sorted({c["rollouts"] for k, c in cells.items() if k[0] == model}) or [VAL_N * SEEDS]
-    lines = [f"level selection: {model}, val, {'/'.join(map(str, sizes))} rollouts a cell ({SEEDS} seeds), pass@1 % [95% interval]", ""]
+    """Each cell: pass@1 % [95% Wilson interval] / rollouts, and how it stopped (below, above, inside:
+    a look decided; point: all its looks ran)."""
+    lines = [f"level selection: {model}, val, pass@1 % [95% interval] / rollouts (how the cell stopped)", ""]
     head = "| family | " + " | ".join(f"{lv} oracle | {lv} baseline" for lv in levels) + " |"
     lines += [head, "|---" * (1 + 2 * len(levels)) + "|"]
     for f in families:
@@ -105,7 +190,8 @@ def table(cells: dict[tuple[str, str, str, str], dict[str, Any]], model: str, le
         for lv in levels:
             for kind in ("oracle", "baseline"):
                 c = cells.get((model, lv, f, kind))
-                row.append("-" if c is None else f"{100 * c['pass_at_1']:.0f} [{100 * c['ci95'][0]:.0f}, {100 * c['ci95'][1]:.0f}]")
+                row.append("-" if c is None else f"{100 * c['pass_at_1']:.0f} [{100 * c['ci95'][0]:.0f}, {100 * c['ci95'][1]:.0f}]"
+                           f" / {c['rollouts']} ({c.get('stopped', 'point')})")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -138,19 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     if not a.table:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         order = [(lv, kind, f) for lv in levels for kind in ("oracle", "baseline") if kind in kinds for f in families]
-        todo = [c for c in order if (a.model, c[0], c[2], c[1]) not in cells or cells[a.model, c[0], c[2], c[1]]["rollouts"] < a.n * SEEDS]
+        def measured(c: dict[str, Any] | None) -> bool:
+            return c is not None and (c.get("stopped") in DECIDED_BY_LOOK or c["rollouts"] >= a.n * SEEDS)
+
+        todo = [c for c in order if not measured(cells.get((a.model, c[0], c[2], c[1])))]
         progress(f"{len(order) - len(todo)} of {len(order)} cells already measured in {a.out}")
         for i, (lv, kind, f) in enumerate(todo, 1):
             progress(f"[{i}/{len(todo)}] {a.model} {lv} {LEVELS[lv]} {f} {kind} ...")
             cell = run_cell(a.store, a.model, lv, f, kind, a.workers, a.n, a.in_flight)
-            progress(f"[{i}/{len(todo)}] {f} {lv} {kind}: {100 * cell['pass_at_1']:.0f}% in {cell['seconds']:.0f}s")
+            progress(f"[{i}/{len(todo)}] {f} {lv} {kind}: {100 * cell['pass_at_1']:.0f}% of {cell['rollouts']}"
+                     f" ({cell['stopped']}) in {cell['seconds']:.0f}s")
             with a.out.open("a") as fh:
                 write_cell(fh, cell)
             cells[a.model, lv, f, kind] = cell
-    # only cells of the rule's size decide (a pilot with --n < 50 decides nothing)
-    rates = {(lv, f): c["pass_at_1"] for (m, lv, f, kind), c in cells.items()
-             if m == a.model and kind == "oracle" and c["rollouts"] >= VAL_N * SEEDS}
-    decision = choose_level(rates, list(LEVELS), list(SMALL_LEVEL_FAMILIES))
+    # a cell decides when a look stopped it or it ran the rule's 50 x 2 (a pilot cut short decides nothing)
+    decided = {(lv, f): (c["pass_at_1"], v) for (m, lv, f, kind), c in cells.items()
+               if m == a.model and kind == "oracle" and (v := verdict(c)) is not None}
+    decision = choose_level(decided, list(LEVELS), list(SMALL_LEVEL_FAMILIES))
     if a.json:
         print(json.dumps({"cells": [c for k, c in sorted(cells.items()) if k[0] == a.model], "decision": decision}, sort_keys=True))
     else:

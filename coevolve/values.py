@@ -302,6 +302,9 @@ class TurnRecord:
     events: tuple[str, ...] = ()  # hook firings, context-policy actions, error observations
 
 
+LOOP_DETAIL = "loop:"  # how a trajectory's error_detail starts when the executor ended it for looping
+
+
 @dataclass(frozen=True)
 class Trajectory:
     instance: TaskInstance
@@ -333,6 +336,11 @@ class Trajectory:
     @property
     def passed(self) -> bool:
         return self.error == "none" and self.outcome is not None and self.outcome.passed
+
+    @property
+    def loop_ended(self) -> bool:
+        """The executor ended it for repeating one call (`coevolve.agents.executor.looping`)."""
+        return self.error_detail.startswith(LOOP_DETAIL)
 
     @property
     def tokens(self) -> int:
@@ -425,6 +433,7 @@ class EvalSummary:
     mean_turns: float
     total_tokens: int
     cost_usd: float
+    loop_ended: int = 0  # rollouts the executor ended for repeating one call
 
     @property
     def pass_rate(self) -> float:

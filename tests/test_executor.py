@@ -114,6 +114,54 @@ def test_turn_limit_ends_the_rollout_as_a_task_failure():
     assert len(traj.turns) == 2 and traj.error == "task" and not traj.passed
 
 
+class Scripted:
+    """A model client that answers turn n with `calls(n)`: one tool call a turn."""
+
+    def __init__(self, calls):
+        self.calls, self.n = calls, 0
+
+    async def acomplete(self, model, messages, tools, *, seed):
+        from coevolve.llm.contract import Completion
+
+        self.n += 1
+        name, args = self.calls(self.n)
+        call = {"id": f"c{self.n}", "type": "function", "function": {"name": name, "arguments": args}}
+        return Completion({"role": "assistant", "content": "", "tool_calls": [call]}, 10, 5)
+
+
+def test_a_rollout_repeating_one_call_ends_at_the_loop_limit_as_a_task_failure():
+    from coevolve.agents.executor import LOOP_TURNS
+    from coevolve.analysis.summary import summarise
+
+    h = apply_edit(FAM.baseline_harness(), HarnessEdit((SetMaxTurns(12),)))
+    inst = FAM.generate("val", 1)[0]
+    # the same call, its arguments written differently (key order, spaces) but equal as JSON
+    same = Scripted(lambda n: ("sql_query", '{"query": "SELECT 1"}' if n % 2 else '{"query":"SELECT 1"}'))
+    traj = run(Executor(same), inst, h)
+    assert len(traj.turns) == LOOP_TURNS and same.n == LOOP_TURNS
+    assert traj.error == "task" and not traj.passed and traj.loop_ended
+    assert traj.error_detail.startswith("loop:") and "sql_query" in traj.error_detail
+    assert "loop_ended" in traj.turns[-1].events and all("loop_ended" not in t.events for t in traj.turns[:-1])
+    assert summarise([traj]).loop_ended == 1
+    # a model that varies its arguments is not looping: it runs to the turn limit
+    varied = Scripted(lambda n: ("sql_query", f'{{"query": "SELECT {n % 2}"}}'))
+    traj = run(Executor(varied), inst, h)
+    assert len(traj.turns) == 12 and not traj.loop_ended and "turn limit" in traj.error_detail
+    # two identical calls, then another, then the first again: never three in a row
+    broken = Scripted(lambda n: ("read_parameters", "{}") if n % 3 else ("list_objects", "{}"))
+    assert not run(Executor(broken), inst, h).loop_ended
+
+
+def test_the_loop_rule_needs_the_same_result_too():
+    from coevolve.agents.executor import looping
+
+    same = ("upload_report", '{"key":"r"}', "ok")
+    assert looping([None, same, same, same])
+    assert not looping([same, same])
+    assert not looping([same, same, ("upload_report", '{"key":"r"}', "ok, replaced")])  # the world answered differently
+    assert not looping([None, None, None])  # turns without exactly one call are not a loop
+
+
 def test_finish_checklist_holds_the_first_finish_and_weak_then_heeds_the_constraint():
     insts = [i for i in FAM.generate("val") if "peak" in FAM.answer_key(i)["traps"]]
     base = FAM.baseline_harness()

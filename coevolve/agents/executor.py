@@ -2,8 +2,10 @@
 
 The prompt comes from the harness; the tools are the harness tools the family's environment
 implements; hooks run around each tool call; the context policy is applied before every model call;
-the loop stops on finish, the turn limit or a context-window overflow; the checker scores the final
-service state. A failed rollout is data (its trajectory says why); only a model/transport error that
+the loop stops on finish, the turn limit, a context-window overflow or a loop (the last `LOOP_TURNS`
+turns each made one call, the same tool with the same arguments, and got the same result: the rollout
+would only repeat itself to the turn limit, so it ends there, with the detail `loop: ...` and the event
+`loop_ended`, scored as the turn limit would score it); the checker scores the final service state. A failed rollout is data (its trajectory says why); only a model/transport error that
 outlasts the retries makes an `infra` trajectory, which is never counted as a task failure.
 
 The harness's decoding policy goes with every model call of the rollout (`decoding=`, only when it is
@@ -68,6 +70,7 @@ from coevolve.llm.contract import (
 from coevolve.settings import environment, variable
 from coevolve.tasks import get_family
 from coevolve.values import (
+    LOOP_DETAIL,
     DecodingPolicy,
     Harness,
     HookSpec,
@@ -78,6 +81,26 @@ from coevolve.values import (
 )
 
 T = TypeVar("T")
+
+LOOP_TURNS = 3  # identical one-call turns in a row that end a rollout (docs/results/real-weights-design.md §10)
+
+
+def call_signature(calls: Sequence[dict[str, Any]], results: Sequence[str]) -> tuple[str, str, str] | None:
+    """(tool, arguments as canonical JSON, result) of a turn that made exactly one call, else None."""
+    if len(calls) != 1:
+        return None
+    raw = calls[0]["arguments"]
+    try:
+        args = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        args = raw
+    return calls[0]["name"], args, results[0]
+
+
+def looping(signatures: Sequence[tuple[str, str, str] | None]) -> bool:
+    """The last `LOOP_TURNS` turns made the same single call with the same result."""
+    last = signatures[-LOOP_TURNS:]
+    return len(last) == LOOP_TURNS and last[0] is not None and all(s == last[0] for s in last)
 TASK_ID_LINE = "(Task id: {id})"
 TOOL_THREADS_ENV = variable("tool_threads")
 DEFAULT_TOOL_THREADS = 32
@@ -190,6 +213,7 @@ class Executor:
         cost = 0.0
         checklist_shown = False
         without_progress = 0
+        signatures: list[tuple[str, str, str] | None] = []
         error, error_detail = "none", ""
         for turn in range(harness.max_turns):
             if channel and env.finished:  # the user ended it before the agent spoke
@@ -268,7 +292,11 @@ class Executor:
             if channel and (calls or not text.strip()):
                 finished = env.end_turn() or finished
             without_progress = 0 if progressed else without_progress + 1
-            if not finished:
+            signatures.append(call_signature(record_calls, results))
+            loop = not finished and looping(signatures)
+            if loop:
+                events.append("loop_ended")
+            if not finished and not loop:
                 for h in hk.hooks_for(harness.hooks, "on_turn"):
                     note = hk.progress_reminder(h, without_progress)
                     if note:
@@ -287,6 +315,10 @@ class Executor:
             )
             testbed.append(turn_testbed)
             if finished:
+                break
+            if loop:
+                tool, args, _ = signatures[-1]
+                error, error_detail = "task", f"{LOOP_DETAIL} the same call {tool}({args[:200]}) with the same result {LOOP_TURNS} turns in a row"
                 break
         else:
             error, error_detail = "task", f"turn limit {harness.max_turns} reached without finish"

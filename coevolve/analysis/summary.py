@@ -45,6 +45,7 @@ def summarise(trajectories: Sequence[Trajectory], *, split: str = "", seed: int 
         mean_turns=round(sum(len(t.turns) for t in trajectories) / len(trajectories), 3),
         total_tokens=sum(t.tokens for t in trajectories),
         cost_usd=round(sum(t.cost_usd for t in trajectories), 6),
+        loop_ended=sum(t.loop_ended for t in trajectories),
     )
 
 

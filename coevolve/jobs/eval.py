@@ -40,6 +40,7 @@ class EvalRequest:
     repeats: int = 1  # rollouts per instance, at seeds seed, seed+1, ...
     params: tuple[tuple[str, Any], ...] = ()  # family parameters (size, difficulty), sorted; () = defaults
     max_in_flight: int | None = None  # rollouts at once (None: all), e.g. a small server's batch size
+    start: int = 0  # the first instance of the split: the eval runs instances start .. start + n - 1
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class EvalResult:
             "pass_rate": round(s.pass_rate, 4),
             "errors": s.errors,
             "mean_turns": s.mean_turns,
+            "loop_ended": s.loop_ended,
             "total_tokens": s.total_tokens,
             "cost_usd": s.cost_usd,
             "failure_causes": self.causes,
@@ -111,6 +113,8 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
 
     if req.n <= 0:
         raise ValueError(f"--n must be positive, got {req.n}")
+    if req.start < 0:
+        raise ValueError(f"the first instance must be >= 0, got {req.start}")
     if req.repeats <= 0:
         raise ValueError(f"--repeats must be positive, got {req.repeats}")
     if req.max_in_flight is not None and req.max_in_flight <= 0:
@@ -140,7 +144,10 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
             if store is None:
                 raise ValueError(f"unknown harness {req.harness!r}: the store {store_path} does not exist yet")
             harnesses[name], baseline[name] = store.resolve_harness(req.harness, name), False
-        instances[name] = fam.generate(req.split, req.n, seed=req.seed, **params)
+        size = fam.split_sizes.get(req.split, 0)
+        if req.start and req.start + req.n > size:
+            raise ValueError(f"instances {req.start}..{req.start + req.n - 1} run past {name}'s {req.split} split ({size})")
+        instances[name] = fam.generate(req.split, req.start + req.n, seed=req.seed, **params)[req.start :]
     return EvalPlan(req, store_path, families, harnesses, baseline, instances)
 
 
@@ -229,6 +236,8 @@ def _eval_one(store: Any, pool: Any, plan: EvalPlan, fam: str, h: Harness, model
     }
     if req.params:  # only when set: an eval at the defaults keeps the config (and continuation) it had
         config["params"] = dict(req.params)
+    if req.start:
+        config["start"] = req.start
     jobs = [RolloutJob(i, h, model, req.seed + r) for r in range(req.repeats) for i in plan.instances[fam]]
     keys = [rollout_key(j.instance, j.harness.id, j.model, j.seed) for j in jobs]
     run_id, lease, have = _eval_run(store, config, keys)

@@ -14,11 +14,17 @@ this module.
 
 from __future__ import annotations
 
+import os
+
+import structlog
 from ray.llm._internal.common.utils.cloud_filesystem.pyarrow_filesystem import PyArrowFileSystem
 from ray.serve.llm import LLMServer
 from ray.serve.llm.ingress import OpenAiIngress
 
 LOCAL_PREFIX = "pyarrow-file://"
+# The niceness the replica sets itself to before it starts its engine (whose processes inherit it):
+# Ray starts its workers at niceness 15, behind everything else on the machine.
+ENGINE_NICENESS_ENV = "COEVOLVE_ENGINE_NICENESS"
 
 
 def install_local_lora_filesystem() -> None:
@@ -43,7 +49,25 @@ install_local_lora_filesystem()
 
 
 class LocalLoraLLMServer(LLMServer):
-    """`LLMServer` whose process can read adapters from `pyarrow-file://` folders."""
+    """`LLMServer` whose process can read adapters from `pyarrow-file://` folders, and whose engine
+    runs at the niceness `$COEVOLVE_ENGINE_NICENESS` names (when set)."""
+
+    async def start(self):
+        set_niceness(os.environ.get(ENGINE_NICENESS_ENV))
+        await super().start()
+
+
+def set_niceness(value: str | None) -> None:
+    """Set this process's niceness (its children inherit it). Lowering it needs CAP_SYS_NICE: without
+    it the replica says so in its log and keeps Ray's."""
+    if value is None or value == "":
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, int(value))
+    except PermissionError:
+        structlog.get_logger(role="serving").warning(
+            "cannot set the engine's niceness (needs CAP_SYS_NICE); it keeps Ray's", wanted=int(value), now=os.getpriority(os.PRIO_PROCESS, 0)
+        )
 
 
 class LocalLoraIngress(OpenAiIngress):

@@ -109,6 +109,13 @@ class ModelProfile(BaseModel):
         description="CPUs of the Serve replica actor itself (Ray's default 1; 0 on small CPU nodes)",
     )
     engine_cpus: float | None = Field(None, gt=0, description="CPUs of the vLLM engine bundle (CPU profiles)")
+    niceness: int | None = Field(
+        None,
+        ge=-20,
+        le=19,
+        description="the engine processes' niceness (Ray starts workers at 15; CPU profiles set 0 so that the"
+        " engine is not starved by anything else on the machine; lowering it needs CAP_SYS_NICE)",
+    )
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
 
     @field_validator("model_id")
@@ -222,6 +229,7 @@ def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
     from ray.serve.llm import LLMConfig
 
     LOCAL_PREFIX, LocalLoraLLMServer = serve_llm.LOCAL_PREFIX, serve_llm.LocalLoraLLMServer
+    NICENESS = serve_llm.ENGINE_NICENESS_ENV
 
     out = []
     lora_root = f"{LOCAL_PREFIX}{Path(adapters_dir).resolve()}"
@@ -243,8 +251,9 @@ def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
             "deployment_config": deployment,
             "server_cls": LocalLoraLLMServer,
         }
-        if m.env:
-            kwargs["runtime_env"] = {"env_vars": dict(m.env)}
+        env = dict(m.env) | ({NICENESS: str(m.niceness)} if m.niceness is not None else {})
+        if env:
+            kwargs["runtime_env"] = {"env_vars": env}
         if m.accelerator == "cpu":
             kwargs["accelerator_config"] = {"kind": "cpu"}
             if m.engine_cpus is not None:
