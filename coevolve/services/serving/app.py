@@ -7,6 +7,10 @@
   (`LLMConfig` + `build_openai_app`): an OpenAI-compatible HTTP surface with tool calling. Adapters are
   read from `<store>/adapters/<adapter_id>/` (where `coevolve.services.training` writes them), so registering
   an adapter makes it servable as `model@adapter` without a restart.
+- A model's `merged_adapters` are each merged into its weights (`prepare_merged`, kept under
+  `<store>/merged/<model>/<adapter>`) and served as an engine of their own without LoRA; the state file
+  maps `model@adapter` to it and `litellm_route` sends such requests there. On CPU, vLLM's per-request
+  LoRA path costs ~9x in prefill, so an evaluation of one adapter serves it merged (base speed).
 - `start_serving` / `stop_serving` run it on the Ray the caller started (`coevolve.cluster.runtime`), and write /
   remove the state file `<store>/serve.json` that tells clients where the server is.
 - `litellm_route(ref)` maps a `vllm/<model>[@adapter]` ModelRef to `litellm.acompletion` kwargs; the
@@ -39,11 +43,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coevolve.settings import environment, variable
-from coevolve.values import ModelRef
+from coevolve.values import ModelRef, check_adapter_id
 
 log = structlog.get_logger(role="serving")
 
 STATE_FILE = "serve.json"
+MERGED_DIR = "merged"
 SERVE_URL_ENV = variable("serve_url")
 
 # Serve's proxy must answer its readiness check within 5 s by default; on a small, busy CPU node (vLLM
@@ -117,6 +122,12 @@ class ModelProfile(BaseModel):
         " engine is not starved by anything else on the machine; lowering it needs CAP_SYS_NICE)",
     )
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    merged_adapters: list[str] = Field(
+        default_factory=list,
+        description="adapter ids (of the adapters folder) each served merged into this model's weights, as an"
+        " engine of its own (`merged_model_id`); requests for `vllm/<model_id>@<adapter>` go to it. On CPU,"
+        " vLLM's per-request LoRA costs ~9x in prefill: an evaluation of one adapter serves it merged",
+    )
 
     @field_validator("model_id")
     @classmethod
@@ -124,6 +135,25 @@ class ModelProfile(BaseModel):
         if not v or any(c in v for c in ":@ "):
             raise ValueError(f"model_id {v!r} must be non-empty without ':', '@' or spaces")
         return v
+
+    @field_validator("merged_adapters")
+    @classmethod
+    def _adapter_ids(cls, v: list[str]) -> list[str]:
+        for adapter in v:
+            check_adapter_id(adapter)
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate adapter ids in {v}")
+        return v
+
+
+def merged_model_id(model_id: str, adapter: str) -> str:
+    """The served name of `adapter` merged into `model_id`'s weights."""
+    return f"{model_id}--{adapter}"
+
+
+def merged_dir(adapters_dir: str | Path, model_id: str, adapter: str) -> Path:
+    """Where `adapter` merged into `model_id` is kept: beside the adapters folder, one folder per pair."""
+    return Path(adapters_dir).resolve().parent / MERGED_DIR / model_id / adapter
 
 
 class ServeConfig(BaseModel):
@@ -233,7 +263,11 @@ def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
 
     out = []
     lora_root = f"{LOCAL_PREFIX}{Path(adapters_dir).resolve()}"
-    for m in config.models:
+    models = list(config.models)
+    for m in config.models:  # each merged adapter: the same engine on the merged weights, without LoRA
+        models += [m.model_copy(update={"model_id": merged_model_id(m.model_id, a), "lora": False, "merged_adapters": [],
+                                        "source": str(merged_dir(adapters_dir, m.model_id, a))}) for a in m.merged_adapters]
+    for m in models:
         a = m.autoscaling
         autoscaling = {
             "min_replicas": a.min_replicas,
@@ -338,8 +372,11 @@ def litellm_route(ref: ModelRef | str, store: str | Path | None = None) -> dict[
         ref = ModelRef.parse(ref)
     if ref.provider != "vllm":
         raise ServingError(f"litellm_route serves provider 'vllm', not {ref.provider!r}")
+    name = served_model_name(ref)
+    if ref.adapter:  # served merged into the base weights, when the server was told to
+        name = ((read_state(store) or {}).get("merged") or {}).get(f"{ref.model}@{ref.adapter}", name)
     return {
-        "model": f"openai/{served_model_name(ref)}",
+        "model": f"openai/{name}",
         "api_base": f"{serve_url(store)}/v1",
         "api_key": "none",
     }
@@ -384,13 +421,14 @@ def start_serving(
     serve.start(http_options={"host": config.host, "port": port})
     # If Serve was already running on this Ray (another app), its proxy keeps its own address.
     host, port = _serve_http_address(config.host, port)
+    merged = prepare_merged(config, adapters)
     app = build_app(config, adapters)
     t0 = time.perf_counter()
     # Alone on Serve it takes "/"; beside other apps (another team's, a synthetic one) it gets its own.
     prefix = f"/{config.name}" if _other_apps(config.name) else ""
     serve.run(app, name=config.name, route_prefix=prefix or "/", blocking=False)
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}{prefix}"
-    wanted = {m.model_id for m in config.models}
+    wanted = {m.model_id for m in config.models} | set(merged.values())
     deadline = time.monotonic() + config.ready_timeout_s
     while True:
         listed = probe(url)
@@ -410,6 +448,7 @@ def start_serving(
         "models": sorted(wanted),
         "sources": {m.model_id: _resolve_source(m.source) for m in config.models},  # tokenizers for role prompts
         "adapters_dir": str(adapters.resolve()),
+        "merged": merged,  # "model@adapter" -> the served name of that adapter merged into the model
         "pid": os.getpid(),
         "ray_address": address,
         "started": time.time(),
@@ -421,6 +460,23 @@ def start_serving(
     os.replace(tmp, p)
     log.info("serving", url=url, models=sorted(wanted), ready_s=state["ready_s"])
     return state
+
+
+def prepare_merged(config: ServeConfig, adapters_dir: str | Path) -> dict[str, str]:
+    """Merge each model's `merged_adapters` into its weights where not merged yet (an adapter id names
+    one adapter for good, so a merged folder is reused). Returns {"model@adapter": served name}."""
+    from coevolve.services.serving.models import merge_adapter
+
+    out: dict[str, str] = {}
+    for m in config.models:
+        for adapter in m.merged_adapters:
+            src, dest = Path(adapters_dir) / adapter, merged_dir(adapters_dir, m.model_id, adapter)
+            if not (src / "adapter_config.json").is_file():
+                raise ServingError(f"model {m.model_id!r}: merged adapter {adapter!r} is not in {adapters_dir}")
+            if not (dest / "config.json").is_file():
+                merge_adapter(_resolve_source(m.source), src, dest)
+            out[f"{m.model_id}@{adapter}"] = merged_model_id(m.model_id, adapter)
+    return out
 
 
 def _serve_http_address(host: str, port: int) -> tuple[str, int]:
