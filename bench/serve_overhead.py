@@ -1,183 +1,271 @@
-"""Serving overhead: generated tokens/s through Ray Serve + HTTP + litellm vs vLLM's offline `LLM`.
+"""The served weak model against this machine's ceiling: prefill, decode and adapters as shares of what
+torch's bf16 GEMMs at the model's shapes can do here, measured in the same run.
 
-Same model, same prompts (chat messages with tools), greedy, a fixed number of new tokens per prompt
-(`ignore_eos`), all prompts in flight at once on both sides: the offline engine gets them as one
-`LLM.chat` batch, the served side as concurrent `litellm.acompletion` calls (the gateway's route).
-The offline engine runs first and is shut down before Serve starts, so both get the whole machine.
-Printed: both rates and their ratio served / offline.
+**Ceiling** (torch, `--threads` threads, the served dtype): the model's linear layers (q, k, v, o,
+gate, up, down of every layer, the LM head for the positions that produce a token) timed as plain
+GEMMs at its shapes, from its config.json:
+- prefill: one prompt of the served prompt's length through every layer (LM head on its last position);
+- decode, 16 ways: 16 sequences, one token each, through every layer and the LM head;
+- decode, 1 way: one sequence, one token (memory-bound: every weight is read per token).
+Attention, norms and sampling are left out, so the ceiling is high and the ratios are conservative.
+The ceiling is measured before the engine starts and again after it stops; the larger is used.
 
-    python bench/serve_overhead.py [--model MODEL_DIR] [--prompts 16] [--tokens 64] [--json]
+**Served** (the project's path: Ray Serve LLM app from `--config`, HTTP, litellm through
+`litellm_route`, as the model gateway calls it), on one real rollout prompt: `--family`'s L0 oracle
+harness (its system prompt and tools, constrained decoding's schema) and its first val instance:
+- prefill: a new prompt (a nonce at its start defeats the prefix cache), one token out: prompt tokens/s;
+- decode, 1 way: the same cached prompt with 65 vs 1 tokens out: 64 / the difference;
+- decode, 16 ways, free: 16 prompts (cached), all in flight, 64 tokens each (`ignore_eos`);
+- decode, 16 ways, constrained: the same with the harness's tool-call schema (`response_format`),
+  tokens out / time (the grammar ends each reply: fewer than 64 tokens);
+- adapters: a random LoRA adapter (rank 8 on every linear layer) made here, asked for as LoRA on the
+  request and as the same adapter merged into the weights (`merged_adapters`), prefill and 1-way decode,
+  each as a ratio to the base model's.
 
-Output: progress lines on stderr, the figures on stdout (`--json`: one JSON object on stdout). vLLM
-logs warnings only; Ray Serve's controller, proxy and replica log into Ray's log folder, named in a
-progress line, not onto the terminal.
+    .venv/bin/python bench/serve_overhead.py --model .coevolve/models/smollm2 [--json]
+
+Progress on stderr; a table of tok/s, ceiling and ratio on stdout (`--json`: one JSON object). Needs the
+machine to itself: anything else running lowers the served figures, not the ceiling's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("LITELLM_LOG", "ERROR")  # its INFO lines trip the JSON log formatter vLLM installs
+os.environ.setdefault("LITELLM_LOG", "ERROR")
+
+ADAPTER = "bench-random-r8"
+DECODE_TOKENS, WAYS, REPEATS = 64, 16, 3
 
 
 def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def prompts(n: int) -> list[list[dict]]:
-    from tests.lifecycle_rows import SYSTEM
-
-    machines = [f"m{i}" for i in range(n)]
-    return [
-        [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Check machine {m} for anomalies."},
-        ]
-        for m in machines
-    ]
+# ------------------------------------------------------------------------------------- ceiling
+def linear_shapes(config: dict[str, Any]) -> list[tuple[int, int]]:
+    """(in, out) of every linear layer of one decoder layer of a Llama/Qwen2-style model."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or h // heads
+    return [(h, heads * head_dim), (h, kv * head_dim), (h, kv * head_dim), (heads * head_dim, h), (h, inter), (h, inter), (inter, h)]
 
 
-def offline(model: str, msgs: list[list[dict]], tokens: int, max_len: int) -> tuple[float, int]:
-    from vllm import LLM, SamplingParams
+def gemm_seconds(config: dict[str, Any], rows: int, head_rows: int, dtype: Any, repeats: int = 5) -> float:
+    """Best time of the model's linear layers on `rows` positions (LM head on `head_rows`)."""
+    import torch
 
-    from tests.lifecycle_rows import TOOLS
+    layers = config["num_hidden_layers"]
+    weights = [torch.randn(o, i, dtype=dtype) * 0.02 for i, o in linear_shapes(config)]
+    per_layer = [w.clone() for _ in range(layers) for w in weights]  # distinct tensors: no cache reuse across layers
+    head = torch.randn(config["vocab_size"], config["hidden_size"], dtype=dtype) * 0.02
+    x = torch.randn(rows, config["hidden_size"], dtype=dtype)
+    xi = torch.randn(rows, config["intermediate_size"], dtype=dtype)
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            for w in per_layer:
+                torch.nn.functional.linear(xi if w.shape[1] == config["intermediate_size"] else x, w)
+            torch.nn.functional.linear(x[:head_rows], head)
+            best = min(best, time.perf_counter() - t0)
+    return best
 
-    llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=max_len, max_num_seqs=len(msgs))
-    sp = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-    llm.chat(msgs[:2], sp, tools=TOOLS, use_tqdm=False)  # warm-up
-    t0 = time.perf_counter()
-    outs = llm.chat(msgs, sp, tools=TOOLS, use_tqdm=False)
-    dt = time.perf_counter() - t0
-    n = sum(len(o.outputs[0].token_ids) for o in outs)
-    del llm
-    gc.collect()
-    return n / dt, n
+
+def ceiling(config: dict[str, Any], prompt_tokens: int, threads: int, dtype_name: str) -> dict[str, float]:
+    import torch
+
+    torch.set_num_threads(threads)
+    dtype = getattr(torch, dtype_name)
+    return {
+        "prefill": prompt_tokens / gemm_seconds(config, prompt_tokens, 1, dtype, repeats=3),
+        "decode_16": WAYS / gemm_seconds(config, WAYS, WAYS, dtype),
+        "decode_1": 1 / gemm_seconds(config, 1, 1, dtype),
+    }
 
 
-async def _served(route: dict, msgs: list[list[dict]], tokens: int) -> tuple[float, int]:
+# -------------------------------------------------------------------------------------- served
+def rollout_prompt(family: str) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """The first turn's messages and tools of `family`'s first L0 val instance under the rule's oracle
+    harness, and the constrained-call response_format of those tools."""
+    from coevolve.agents.executor import TASK_ID_LINE, openai_tool
+    from coevolve.llm.constrained import response_format
+    from coevolve.tasks import get_family
+    from coevolve.tasks.helpers import LEVELS, selection_harnesses
+
+    fam, h = get_family(family), selection_harnesses(family)["oracle"]
+    inst = fam.generate("val", 1, **LEVELS["L0"])[0]
+    tools = [openai_tool(t) for t in h.tools]
+    msgs = [{"role": "system", "content": h.render_system()},
+            {"role": "user", "content": f"{inst.instruction}\n\n{TASK_ID_LINE.format(id=inst.id)}"}]
+    return msgs, tools, response_format(tools)
+
+
+def nonce_first(msgs: list[dict]) -> list[dict]:
+    """A new prompt: a nonce at the start of the system message (nothing of it is in the prefix cache)."""
+    return [{**msgs[0], "content": f"[{uuid.uuid4().hex[:8]}] {msgs[0]['content']}"}, *msgs[1:]]
+
+
+def nonce_last(msgs: list[dict], i: int) -> list[dict]:
+    """The same prompt but for its last words (a shared, cached prefix), one per in-flight sequence."""
+    return [*msgs[:-1], {**msgs[-1], "content": f"{msgs[-1]['content']}\n(request {i})"}]
+
+
+async def call(route: dict, msgs: list[dict], tools: list[dict], max_tokens: int, fmt: dict | None = None) -> tuple[float, Any]:
     import litellm
 
-    from tests.lifecycle_rows import TOOLS
-
-    async def one(m):
-        return await litellm.acompletion(
-            messages=m,
-            tools=TOOLS,
-            temperature=0.0,
-            max_tokens=tokens,
-            extra_body={"ignore_eos": True},
-            **route,
-        )
-
-    await asyncio.gather(*(one(m) for m in msgs[:2]))  # warm-up
+    extra: dict[str, Any] = {}
+    if fmt is None:
+        extra["extra_body"] = {"ignore_eos": True}
+    else:
+        extra["response_format"] = fmt
     t0 = time.perf_counter()
-    resps = await asyncio.gather(*(one(m) for m in msgs))
-    dt = time.perf_counter() - t0
-    n = sum(r.usage.completion_tokens for r in resps)
-    return n / dt, n
+    r = await litellm.acompletion(messages=msgs, tools=tools, temperature=0.0, max_tokens=max_tokens, seed=0, **route, **extra)
+    return time.perf_counter() - t0, r
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", help="model folder (default: a fresh tiny model)")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--max-len", type=int, default=1024)
-    ap.add_argument("--cpus", type=int, default=2)
-    ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    args = ap.parse_args()
+async def served_rates(route: dict, msgs: list[dict], tools: list[dict], fmt: dict, full: bool) -> dict[str, float]:
+    """Prefill and 1-way decode (and, with `full`, 16-way free and constrained decode) tok/s."""
+    prefill = []
+    for _ in range(REPEATS):
+        dt, r = await call(route, nonce_first(msgs), tools, 1)
+        prefill.append(r.usage.prompt_tokens / dt)
+    cached = nonce_first(msgs)
+    await call(route, cached, tools, 1)
+    one = [(await call(route, cached, tools, 1))[0] for _ in range(REPEATS)]
+    many = [(await call(route, cached, tools, DECODE_TOKENS + 1))[0] for _ in range(REPEATS)]
+    out = {"prefill": statistics.median(prefill), "decode_1": DECODE_TOKENS / (statistics.median(many) - statistics.median(one)),
+           "prompt_tokens": r.usage.prompt_tokens}
+    if not full:
+        return out
+    batch = [nonce_last(cached, i) for i in range(WAYS)]
+    await asyncio.gather(*(call(route, m, tools, 1) for m in batch))  # cache their prompts
+    for key, f in (("decode_16", None), ("decode_16_constrained", fmt)):
+        rates = []
+        for _ in range(REPEATS):
+            t0 = time.perf_counter()
+            rs = await asyncio.gather(*(call(route, m, tools, DECODE_TOKENS, f) for m in batch))
+            rates.append(sum(r.usage.completion_tokens for _, r in rs) / (time.perf_counter() - t0))
+        out[key] = statistics.median(rates)
+    return out
 
-    from coevolve.services.logs import (
-        configure_logging,
-        output_to_file,
-        quiet_libraries,
-        quiet_serve_driver,
-        ray_log_dir,
-    )
 
-    quiet_libraries()  # before vLLM, Ray Serve and litellm are imported
+def random_adapter(base: str, out: Path) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets, init_lora_weights=False)).save_pretrained(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=".coevolve/models/smollm2", help="model folder")
+    ap.add_argument("--config", default=str(ROOT / "deploy/serve/cpu-smollm2.yaml"), help="serve profile")
+    ap.add_argument("--family", default="iot", help="whose L0 oracle rollout prompt is served")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch threads of the ceiling")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    model = Path(a.model)
+    if not (model / "config.json").is_file():
+        print(f"error: {model} is not a model folder (import SmolLM2: coevolve models import-smollm2 {model})", file=sys.stderr)
+        return 2
+
+    from coevolve.services.logs import configure_logging, output_to_file, quiet_libraries, quiet_serve_driver, ray_log_dir
+
+    quiet_libraries()
     configure_logging(json_lines=False, level="warning")
-    from coevolve.services.serving.models import make_tiny
+    from coevolve.services.serving.app import load_serve_config
 
-    work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
-    model = args.model or str(make_tiny(work / "tiny"))
-    msgs = prompts(args.prompts)
+    cfg = load_serve_config(a.config, ["port=0", f"models.0.source={model.resolve()}", f"models.0.merged_adapters=[{ADAPTER}]"])
+    dtype = str(cfg.models[0].engine.get("dtype", "bfloat16"))
+    config = json.loads((model / "config.json").read_text())
+    msgs, tools, fmt = rollout_prompt(a.family)
+    from transformers import AutoTokenizer
 
-    log = work / "offline-vllm.log"
-    progress(f"bench: {args.prompts} prompts x {args.tokens} tokens; vLLM offline LLM first (its output: {log}) ...")
-    try:
-        with output_to_file(log):
-            off_rate, off_n = offline(model, msgs, args.tokens, args.max_len)
-    except BaseException:
-        progress(f"the offline run failed; the end of {log}:\n" + "\n".join(log.read_text().splitlines()[-30:]))
-        raise
-    progress(f"offline LLM: {off_n} tokens, {off_rate:.1f} tok/s; now Ray Serve + HTTP + litellm ...")
+    prompt_tokens = len(AutoTokenizer.from_pretrained(model).apply_chat_template(nonce_first(msgs), tools=tools, tokenize=True))
+    progress(f"ceiling: {dtype} GEMMs at {model.name}'s shapes on {a.threads} threads, prompt of {prompt_tokens} tokens ...")
+    ceil = ceiling(config, prompt_tokens, a.threads, dtype)
 
     from coevolve.cluster.runtime import start_ray, stop_ray
-    from coevolve.services.serving.app import (
-        apply_serve_env_defaults,
-        litellm_route,
-        load_serve_config,
-        start_serving,
-        stop_serving,
-    )
-    from coevolve.values import ModelRef
+    from coevolve.services.serving.app import apply_serve_env_defaults, litellm_route, start_serving, stop_serving
 
-    apply_serve_env_defaults()
-    start_ray(None, args.cpus, log_to_driver=False)  # Serve's and vLLM's worker output: Ray's log files
-    quiet_serve_driver()
-    progress(f"Ray started; Serve and replica logs in {ray_log_dir()}")
-    cfg = load_serve_config(
-        ROOT / "deploy/serve/cpu-tiny.yaml",
-        [
-            "port=0",
-            f"models.0.source={model}",
-            "models.0.model_id=bench",
-            f"models.0.engine_cpus={args.cpus}",
-            f"models.0.engine.max_model_len={args.max_len}",
-            f"models.0.engine.max_num_seqs={args.prompts}",
-        ],
-    )
+    work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     store = work / "store"
-    progress("deploying the Serve app (vLLM start-up in a replica) ...")
-    start_serving(cfg, store)
+    (store / "adapters").mkdir(parents=True)
+    progress("a random LoRA adapter (rank 8, every linear layer) ...")
+    random_adapter(str(model), store / "adapters" / ADAPTER)
+    apply_serve_env_defaults()
+    start_ray(None, a.threads, log_to_driver=False)
+    quiet_serve_driver()
+    progress(f"deploying {a.config} with the adapter merged beside the base (logs: {ray_log_dir()}) ...")
     try:
-        route = litellm_route(ModelRef.parse("vllm/bench"), store)
-        srv_rate, srv_n = asyncio.run(_served(route, msgs, args.tokens))
+        start_serving(cfg, store)
+        mid = cfg.models[0].model_id
+        base = litellm_route(f"vllm/{mid}", store)
+        lora = {**base, "model": f"openai/{mid}:{ADAPTER}"}  # the adapter on the request (vLLM's LoRA path)
+        merged = litellm_route(f"vllm/{mid}@{ADAPTER}", store)  # routed to the merged engine
+        progress("serving: base ...")
+        served = asyncio.run(served_rates(base, msgs, tools, fmt, full=True))
+        progress("serving: adapter on the request ...")
+        on_request = asyncio.run(served_rates(lora, msgs, tools, fmt, full=False))
+        progress("serving: adapter merged ...")
+        as_merged = asyncio.run(served_rates(merged, msgs, tools, fmt, full=False))
     finally:
-        with output_to_file(work / "shutdown.log"):  # Serve's and the raylet's goodbyes
+        with output_to_file(work / "shutdown.log"):
             stop_serving(store)
             stop_ray()
-    progress(f"Ray Serve + HTTP + litellm: {srv_n} tokens, {srv_rate:.1f} tok/s")
+    again = ceiling(config, prompt_tokens, a.threads, dtype)
+    ceil = {k: max(v, again[k]) for k, v in ceil.items()}
+    rows = [
+        ("prefill", served["prefill"], ceil["prefill"]),
+        ("decode, 1 way", served["decode_1"], ceil["decode_1"]),
+        ("decode, 16 ways, free", served["decode_16"], ceil["decode_16"]),
+        ("decode, 16 ways, constrained", served["decode_16_constrained"], ceil["decode_16"]),
+        ("adapter on the request: prefill", on_request["prefill"], ceil["prefill"]),
+        ("adapter on the request: decode, 1 way", on_request["decode_1"], ceil["decode_1"]),
+        ("adapter merged: prefill", as_merged["prefill"], ceil["prefill"]),
+        ("adapter merged: decode, 1 way", as_merged["decode_1"], ceil["decode_1"]),
+    ]
     out = {
-        "model": model,
-        "prompts": args.prompts,
-        "tokens_per_prompt": args.tokens,
-        "offline_tok_s": round(off_rate, 1),
-        "served_tok_s": round(srv_rate, 1),
-        "ratio": round(srv_rate / off_rate, 3),
+        "model": str(model), "dtype": dtype, "threads": a.threads, "prompt_tokens": prompt_tokens, "family": a.family,
+        "ceiling_tok_s": {k: round(v, 1) for k, v in ceil.items()},
+        "rows": [{"what": w, "tok_s": round(x, 1), "ceiling_tok_s": round(c, 1), "ratio": round(x / c, 3)} for w, x, c in rows],
+        "adapter_vs_base": {
+            "on_request_prefill": round(on_request["prefill"] / served["prefill"], 3),
+            "on_request_decode_1": round(on_request["decode_1"] / served["decode_1"], 3),
+            "merged_prefill": round(as_merged["prefill"] / served["prefill"], 3),
+            "merged_decode_1": round(as_merged["decode_1"] / served["decode_1"], 3),
+        },
     }
-    if args.json:
+    if a.json:
         print(json.dumps(out))
-        return
-    print(
-        f"served / offline generated tokens/s: {out['ratio']:.2f} "
-        f"(served {out['served_tok_s']}, offline {out['offline_tok_s']} tok/s; {args.prompts} prompts x {args.tokens} tokens)"
-    )
+        return 0
+    print(f"{model.name}, {dtype}, {a.threads} threads, {a.family} L0 oracle prompt of {prompt_tokens} tokens\n")
+    print("| measured | tok/s | ceiling tok/s | ratio |\n|---|---|---|---|")
+    for r in out["rows"]:
+        print(f"| {r['what']} | {r['tok_s']} | {r['ceiling_tok_s']} | {r['ratio']:.2f} |")
+    print("\nadapter / base: " + ", ".join(f"{k} {v:.2f}" for k, v in out["adapter_vs_base"].items()))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
