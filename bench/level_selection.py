@@ -179,6 +179,31 @@ def run_cell(store: Path, model: str, level: str, family: str, kind: str, worker
     }
 
 
+def turn_table(cells: dict[tuple[str, str, str, str], dict[str, Any]], store: Path, model: str) -> str:
+    """Per measured cell, from its looks' rollouts in the store: assistant turns, the share carrying
+    exactly one schema-valid call of an offered tool, and the share of rollouts the loop rule ended."""
+    from coevolve.agents.executor import assistant_positions, openai_tool
+    from coevolve.analysis.rollouts import wilson_interval
+    from coevolve.llm.constrained import message_call_error
+    from coevolve.store.store import HarnessStore
+
+    lines = ["| level | family | harness | turns | one schema-valid call [95%] | rollouts loop-ended [95%] | ended by the model (finish) at turn 1 / later |",
+             "|---|---|---|---|---|---|---|"]
+    with HarnessStore(store, create=False) as hs:
+        for (m, lv, f, kind), c in sorted(cells.items()):
+            if m != model or "looks" not in c:
+                continue
+            tools = [openai_tool(t) for t in hs.get_harness(c["harness_id"]).tools]
+            trajs = [t for look in c["looks"] for t in hs.get_trajectories(look["run_id"])]
+            verdicts = [message_call_error(t.messages[p], tools) is None for t in trajs for p in assistant_positions(t.messages)]
+            valid, loops = sum(verdicts), sum(t.loop_ended for t in trajs)
+            vi, li = wilson_interval(valid, len(verdicts)), wilson_interval(loops, len(trajs))
+            ended = [len(t.turns) for t in trajs if t.error == "none"]
+            lines.append(f"| {lv} | {f} | {kind} | {len(verdicts)} | {valid / max(len(verdicts), 1):.0%} [{vi[0]:.0%}, {vi[1]:.0%}]"
+                         f" | {loops}/{len(trajs)} [{li[0]:.0%}, {li[1]:.0%}] | {sum(n == 1 for n in ended)} / {sum(n > 1 for n in ended)} |")
+    return "\n".join(lines)
+
+
 def table(cells: dict[tuple[str, str, str, str], dict[str, Any]], model: str, levels: list[str], families: list[str]) -> str:
     """Each cell: pass@1 % [95% Wilson interval] / rollouts, and how it stopped (below, above, inside:
     a look decided; point: all its looks ran)."""
@@ -210,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=4, help="rollout actors")
     ap.add_argument("--in-flight", type=int, default=16, help="rollouts at once (the served engine's max_num_seqs: a longer queue only waits, past the gateway's timeout)")
     ap.add_argument("--table", action="store_true", help="print the table of what --out holds; run nothing")
+    ap.add_argument("--turns", action="store_true", help="with the table: each cell's schema-valid turns and loop-ended rollouts, read from --store")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     levels = [x for x in a.levels.split(",") if x]
@@ -248,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         where = "not decided yet (cells of the rule's size missing)" if not decision["complete"] else (
             f"{decision['level']} with {', '.join(decision['families'])}" if decision["level"] else "no level qualifies")
         print(f"\nthe rule's experiment level: {where}; qualifying so far: {decision['qualifying']}")
+        if a.turns:
+            print("\n" + turn_table(cells, a.store, a.model))
     return 0
 
 
