@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     msgs, tools, fmt = rollout_prompt(a.family)
     from transformers import AutoTokenizer
 
-    prompt_tokens = len(AutoTokenizer.from_pretrained(model).apply_chat_template(nonce_first(msgs), tools=tools, tokenize=True))
+    encoded = AutoTokenizer.from_pretrained(model).apply_chat_template(nonce_first(msgs), tools=tools, tokenize=True, return_dict=True)
+    prompt_tokens = len(encoded["input_ids"])
     progress(f"ceiling: {dtype} GEMMs at {model.name}'s shapes on {a.threads} threads, prompt of {prompt_tokens} tokens ...")
     ceil = ceiling(config, prompt_tokens, a.threads, dtype)
 
@@ -246,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         ("adapter merged: decode, 1 way", as_merged["decode_1"], ceil["decode_1"]),
     ]
     out = {
-        "model": str(model), "dtype": dtype, "threads": a.threads, "prompt_tokens": prompt_tokens, "family": a.family,
+        "model": str(model), "dtype": dtype, "threads": a.threads, "prompt_tokens": prompt_tokens,
+        "served_prompt_tokens": served["prompt_tokens"], "family": a.family,
         "ceiling_tok_s": {k: round(v, 1) for k, v in ceil.items()},
         "rows": [{"what": w, "tok_s": round(x, 1), "ceiling_tok_s": round(c, 1), "ratio": round(x / c, 3)} for w, x, c in rows],
         "adapter_vs_base": {

@@ -64,6 +64,9 @@ class Environment(BaseModel):
                           "/usr/bin/chromium, then PATH)")
     tau2_user_model: str = Field("", description="litellm model of tau2's LLM customer (unset: the scripted "
                                  "customer, which is not comparable with tau2)")
+    engine_niceness: str = Field("", description="niceness of a Serve replica's engine process (set for the "
+                                 "replica from its model's `niceness` by `coevolve serve`; unset: Ray's worker "
+                                 "niceness)")
     tau2_user_args: str = Field("", description="JSON object of litellm arguments for that customer, e.g. "
                                 '{"api_base": "..."}')
 

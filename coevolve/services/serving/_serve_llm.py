@@ -21,10 +21,9 @@ from ray.llm._internal.common.utils.cloud_filesystem.pyarrow_filesystem import P
 from ray.serve.llm import LLMServer
 from ray.serve.llm.ingress import OpenAiIngress
 
+from coevolve.settings import environment
+
 LOCAL_PREFIX = "pyarrow-file://"
-# The niceness the replica sets itself to before it starts its engine (whose processes inherit it):
-# Ray starts its workers at niceness 15, behind everything else on the machine.
-ENGINE_NICENESS_ENV = "COEVOLVE_ENGINE_NICENESS"
 
 
 def install_local_lora_filesystem() -> None:
@@ -50,10 +49,11 @@ install_local_lora_filesystem()
 
 class LocalLoraLLMServer(LLMServer):
     """`LLMServer` whose process can read adapters from `pyarrow-file://` folders, and whose engine
-    runs at the niceness `$COEVOLVE_ENGINE_NICENESS` names (when set)."""
+    runs at the niceness `$COEVOLVE_ENGINE_NICENESS` names (when set): Ray starts its workers at
+    niceness 15, behind everything else on the machine; the engine's processes inherit the replica's."""
 
     async def start(self):
-        set_niceness(os.environ.get(ENGINE_NICENESS_ENV))
+        set_niceness(environment().engine_niceness)
         await super().start()
 
 

@@ -259,7 +259,7 @@ def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
     from ray.serve.llm import LLMConfig
 
     LOCAL_PREFIX, LocalLoraLLMServer = serve_llm.LOCAL_PREFIX, serve_llm.LocalLoraLLMServer
-    NICENESS = serve_llm.ENGINE_NICENESS_ENV
+    NICENESS = variable("engine_niceness")
 
     out = []
     lora_root = f"{LOCAL_PREFIX}{Path(adapters_dir).resolve()}"
