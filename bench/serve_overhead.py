@@ -1,13 +1,19 @@
 """The served weak model against this machine's ceiling: prefill, decode and adapters as shares of what
 torch's bf16 GEMMs at the model's shapes can do here, measured in the same run.
 
-**Ceiling** (torch, `--threads` threads, the served dtype): the model's linear layers (q, k, v, o,
-gate, up, down of every layer, the LM head for the positions that produce a token) timed as plain
-GEMMs at its shapes, from its config.json:
+**Ceiling** (torch, `--threads` threads, the served dtype): the matrix products the model cannot skip,
+timed as plain torch products at its shapes (from its config.json):
+- linear: q, k, v, o, gate, up, down of every layer, and the LM head for the positions that produce a
+  token (GEMMs on distinct weight tensors, so no layer reads another's from cache);
+- attention: every layer's Q·Kᵀ and P·V (batched over key/value heads, the query heads of a group
+  stacked) on distinct K/V tensors per layer and sequence, over the prompt's length; in prefill only
+  the causal half counts (half the timed full square).
+The three rates:
 - prefill: one prompt of the served prompt's length through every layer (LM head on its last position);
-- decode, 16 ways: 16 sequences, one token each, through every layer and the LM head;
-- decode, 1 way: one sequence, one token (memory-bound: every weight is read per token).
-Attention, norms and sampling are left out, so the ceiling is high and the ratios are conservative.
+- decode, 16 ways: 16 sequences, one token each over a context of the prompt's length;
+- decode, 1 way: one sequence, one token (memory-bound: every weight and the sequence's K/V are read).
+Norms, rotary embeddings, activations and sampling are left out, so the ceiling is high and the ratios
+conservative; `--json` also gives the linear-only ceiling (`ceiling_linear_tok_s`).
 The ceiling is measured before the engine starts and again after it stops; the larger is used.
 
 **Served** (the project's path: Ray Serve LLM app from `--config`, HTTP, litellm through
@@ -87,16 +93,47 @@ def gemm_seconds(config: dict[str, Any], rows: int, head_rows: int, dtype: Any, 
     return best
 
 
+def attention_seconds(config: dict[str, Any], queries: int, context: int, sequences: int, dtype: Any, repeats: int = 5) -> float:
+    """Best time of every layer's attention products, Q·Kᵀ then P·V, for `sequences` sequences of `queries`
+    new positions over `context` positions (grouped-query: a group's query heads stacked on its K/V head)."""
+    import torch
+
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    d = config.get("head_dim") or config["hidden_size"] // heads
+    q = torch.randn(sequences * kv, heads // kv * queries, d, dtype=dtype)
+    keys = [torch.randn(sequences * kv, d, context, dtype=dtype) for _ in range(layers)]
+    values = [torch.randn(sequences * kv, context, d, dtype=dtype) for _ in range(layers)]
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            for k, v in zip(keys, values, strict=True):
+                torch.bmm(torch.bmm(q, k), v)
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def ceiling(config: dict[str, Any], prompt_tokens: int, threads: int, dtype_name: str) -> dict[str, float]:
+    """Tokens/s of prefill, 16-way and 1-way decode if the model did nothing but its linear and attention
+    products at torch's speed here (`linear_*`: the linear layers alone)."""
     import torch
 
     torch.set_num_threads(threads)
     dtype = getattr(torch, dtype_name)
-    return {
-        "prefill": prompt_tokens / gemm_seconds(config, prompt_tokens, 1, dtype, repeats=3),
-        "decode_16": WAYS / gemm_seconds(config, WAYS, WAYS, dtype),
-        "decode_1": 1 / gemm_seconds(config, 1, 1, dtype),
+    linear = {
+        "prefill": gemm_seconds(config, prompt_tokens, 1, dtype, repeats=3),
+        "decode_16": gemm_seconds(config, WAYS, WAYS, dtype),
+        "decode_1": gemm_seconds(config, 1, 1, dtype),
     }
+    attention = {
+        "prefill": attention_seconds(config, prompt_tokens, prompt_tokens, 1, dtype, repeats=3) / 2,  # causal half
+        "decode_16": attention_seconds(config, 1, prompt_tokens, WAYS, dtype),
+        "decode_1": attention_seconds(config, 1, prompt_tokens, 1, dtype),
+    }
+    tokens = {"prefill": prompt_tokens, "decode_16": WAYS, "decode_1": 1}
+    return {**{k: tokens[k] / (linear[k] + attention[k]) for k in tokens},
+            **{f"linear_{k}": tokens[k] / linear[k] for k in tokens}}
 
 
 # -------------------------------------------------------------------------------------- served
@@ -182,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=str(ROOT / "deploy/serve/cpu-smollm2.yaml"), help="serve profile")
     ap.add_argument("--family", default="iot", help="whose L0 oracle rollout prompt is served")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch threads of the ceiling")
+    ap.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
+                    help="override the serve profile, e.g. models.0.engine.enforce_eager=false (repeatable)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     model = Path(a.model)
@@ -195,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(json_lines=False, level="warning")
     from coevolve.services.serving.app import load_serve_config
 
-    cfg = load_serve_config(a.config, ["port=0", f"models.0.source={model.resolve()}", f"models.0.merged_adapters=[{ADAPTER}]"])
+    cfg = load_serve_config(a.config, ["port=0", f"models.0.source={model.resolve()}", f"models.0.merged_adapters=[{ADAPTER}]", *a.set])
     dtype = str(cfg.models[0].engine.get("dtype", "bfloat16"))
     config = json.loads((model / "config.json").read_text())
     msgs, tools, fmt = rollout_prompt(a.family)
@@ -237,20 +276,23 @@ def main(argv: list[str] | None = None) -> int:
     again = ceiling(config, prompt_tokens, a.threads, dtype)
     ceil = {k: max(v, again[k]) for k, v in ceil.items()}
     rows = [
-        ("prefill", served["prefill"], ceil["prefill"]),
-        ("decode, 1 way", served["decode_1"], ceil["decode_1"]),
-        ("decode, 16 ways, free", served["decode_16"], ceil["decode_16"]),
-        ("decode, 16 ways, constrained", served["decode_16_constrained"], ceil["decode_16"]),
-        ("adapter on the request: prefill", on_request["prefill"], ceil["prefill"]),
-        ("adapter on the request: decode, 1 way", on_request["decode_1"], ceil["decode_1"]),
-        ("adapter merged: prefill", as_merged["prefill"], ceil["prefill"]),
-        ("adapter merged: decode, 1 way", as_merged["decode_1"], ceil["decode_1"]),
+        ("prefill", served["prefill"], "prefill"),
+        ("decode, 1 way", served["decode_1"], "decode_1"),
+        ("decode, 16 ways, free", served["decode_16"], "decode_16"),
+        ("decode, 16 ways, constrained", served["decode_16_constrained"], "decode_16"),
+        ("adapter on the request: prefill", on_request["prefill"], "prefill"),
+        ("adapter on the request: decode, 1 way", on_request["decode_1"], "decode_1"),
+        ("adapter merged: prefill", as_merged["prefill"], "prefill"),
+        ("adapter merged: decode, 1 way", as_merged["decode_1"], "decode_1"),
     ]
     out = {
         "model": str(model), "dtype": dtype, "threads": a.threads, "prompt_tokens": prompt_tokens,
         "served_prompt_tokens": served["prompt_tokens"], "family": a.family,
-        "ceiling_tok_s": {k: round(v, 1) for k, v in ceil.items()},
-        "rows": [{"what": w, "tok_s": round(x, 1), "ceiling_tok_s": round(c, 1), "ratio": round(x / c, 3)} for w, x, c in rows],
+        "overrides": a.set,
+        "ceiling_tok_s": {k: round(v, 1) for k, v in ceil.items() if not k.startswith("linear_")},
+        "ceiling_linear_tok_s": {k[len("linear_"):]: round(v, 1) for k, v in ceil.items() if k.startswith("linear_")},
+        "rows": [{"what": w, "tok_s": round(x, 1), "ceiling_tok_s": round(ceil[k], 1), "ratio": round(x / ceil[k], 3),
+                  "ratio_linear": round(x / ceil[f"linear_{k}"], 3)} for w, x, k in rows],
         "adapter_vs_base": {
             "on_request_prefill": round(on_request["prefill"] / served["prefill"], 3),
             "on_request_decode_1": round(on_request["decode_1"] / served["decode_1"], 3),
@@ -262,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
         return 0
     print(f"{model.name}, {dtype}, {a.threads} threads, {a.family} L0 oracle prompt of {prompt_tokens} tokens\n")
-    print("| measured | tok/s | ceiling tok/s | ratio |\n|---|---|---|---|")
+    print("| measured | tok/s | ceiling tok/s | ratio | ratio to the linear layers alone |\n|---|---|---|---|---|")
     for r in out["rows"]:
-        print(f"| {r['what']} | {r['tok_s']} | {r['ceiling_tok_s']} | {r['ratio']:.2f} |")
+        print(f"| {r['what']} | {r['tok_s']} | {r['ceiling_tok_s']} | {r['ratio']:.2f} | {r['ratio_linear']:.2f} |")
     print("\nadapter / base: " + ", ".join(f"{k} {v:.2f}" for k, v in out["adapter_vs_base"].items()))
     return 0
 
