@@ -7,8 +7,9 @@
   `/proc/*/environ`, the Ray token and the secrets file, and runs it through the family's tools) gets
   none of them back into its trajectory;
 - an error message that carries a key leaves the gateway redacted;
-- `coevolve eval` (all families, refactor included) and `coevolve evolve` as a user runs them: the key
-  is in no file of the store, no Ray log, and not in stdout or stderr.
+- `coevolve eval` (all families, refactor included), `coevolve evolve` and `coevolve run` as a user runs
+  them, with a third key in the tau2 customer's litellm arguments (`COEVOLVE_TAU2_USER_ARGS`): no key is
+  in any file of the store, any Ray session file, stdout or stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from coevolve.tasks import get_family
 
 ENV_KEY = "sk-fake-coevolve-env-" + uuid.uuid4().hex
 FILE_KEY = "sk-fake-coevolve-file-" + uuid.uuid4().hex
+ARGS_KEY = "sk-fake-coevolve-args-" + uuid.uuid4().hex
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -51,7 +53,7 @@ def secrets(tmp_path, monkeypatch):
 
 def _hits(data: bytes | str) -> list[str]:
     raw = data.encode() if isinstance(data, str) else data
-    return [k for k in (ENV_KEY, FILE_KEY) if k.encode() in raw]
+    return [k for k in (ENV_KEY, FILE_KEY, ARGS_KEY) if k.encode() in raw]
 
 
 def test_secrets_file_loads_without_overriding_the_environment(secrets, monkeypatch, tmp_path):
@@ -199,18 +201,21 @@ def _scan(folder: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_eval_and_evolve_write_no_key_anywhere(secrets, tmp_path):
+def test_eval_evolve_and_run_write_no_key_anywhere(secrets, tmp_path):
     from coevolve.store.store import HarnessStore
 
     ray_tmp = Path(tempfile.mkdtemp(prefix="cvs-", dir="/tmp"))  # short: Ray's socket paths must fit
     try:
         store = tmp_path / "store"
-        env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "RAY_USAGE_STATS_ENABLED": "0", "COEVOLVE_LOG_LEVEL": "info"}
+        env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "RAY_USAGE_STATS_ENABLED": "0", "COEVOLVE_LOG_LEVEL": "info",
+               "COEVOLVE_TAU2_USER_ARGS": json.dumps({"api_key": ARGS_KEY, "temperature": 0.0})}
         runs = [
             _coevolve(["eval", "--family", "all", "--n", "2", "--model", "synthetic/weak", "--workers", "2",
                        "--store", str(store), "--json"], env),
             _coevolve(["evolve", "--family", "refactor", "--budget-rollouts", "60", "--train-batch", "4", "--val-n", "4",
                        "--val-seeds", "1", "--budget-iterations", "2", "--workers", "2", "--store", str(store), "--json"], env),
+            _coevolve(["run", "local", "families=[iot]", "evolve.rollouts=60", "evolve.val_n=4", "evolve.train_batch=4",
+                       "budget.cycles=1", "data.rows=6", "data.samples=1", "repeats=1", "--store", str(store), "--json"], env),
         ]
         for r in runs:
             assert r.returncode == 0, r.stderr[-3000:]

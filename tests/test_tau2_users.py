@@ -343,4 +343,58 @@ def test_a_customer_whose_model_cannot_be_reached_is_an_infra_failure_not_the_ag
         litellm.custom_provider_map.remove(entry)
         custom_llm_setup()
     assert t.error == "infra" and t.outcome is None and not t.passed
-    assert t.error_detail.startswith("the customer's model could not be reached: user model downuser/sim failed 4 times")
+    # through the rollout's gateway: its retries, its message
+    assert t.error_detail.startswith("the customer's model could not be reached: user model downuser/sim failed: "
+                                     "ModelUnavailable: model downuser/sim failed after 4 attempts (connection)"), t.error_detail
+
+
+def test_the_customer_calls_its_model_through_the_gateway(monkeypatch: Any) -> None:
+    """Timeout, retries of a flaky endpoint, and redaction: a key in the customer's litellm arguments or
+    in the environment never reaches the trajectory."""
+    import litellm
+    from litellm import CustomLLM, ModelResponse
+    from litellm.utils import custom_llm_setup
+
+    from coevolve.tasks import get_family
+    from coevolve.tasks.tau2.data import tau2
+    from tests.rollouts import rollout_all
+
+    tau2()
+    seen: list[dict[str, Any]] = []
+
+    class Flaky(CustomLLM):
+        def completion(self, model: str, messages: list, *args: Any, optional_params: dict | None = None, **kw: Any) -> Any:
+            seen.append({"timeout": kw.get("timeout"), "api_key": kw.get("api_key"), **(optional_params or {})})
+            if len(seen) % 2:  # every first attempt fails, naming both keys
+                raise ConnectionResetError("reset by peer while sending sk-user-args-4242 and sk-env-key-9898")
+            return ModelResponse(choices=[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "###STOP###"}}],
+                                 model=model, usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+    entry = {"provider": "flakyuser", "custom_handler": Flaky()}
+    litellm.custom_provider_map.append(entry)
+    custom_llm_setup()
+    monkeypatch.setenv("COEVOLVE_TAU2_USER_MODEL", "flakyuser/sim")
+    monkeypatch.setenv("COEVOLVE_TAU2_USER_ARGS", '{"api_key": "sk-user-args-4242", "temperature": 0.0}')
+    monkeypatch.setenv("FLAKY_API_KEY", "sk-env-key-9898")
+    from coevolve.services.gateway import Gateway
+    from tests import rollouts
+
+    fam = get_family("tau2-retail")
+    inst = fam.instance("tau2-retail/test/12")
+    try:
+        monkeypatch.setenv("COEVOLVE_RETRY", "attempts=2,backoff_s=0.01")
+        monkeypatch.setattr(rollouts, "_GATEWAY", Gateway())
+        [ok] = rollout_all([inst], fam.baseline_harness(), "synthetic/weak", seed=5)
+        monkeypatch.setenv("COEVOLVE_RETRY", "attempts=1")
+        monkeypatch.setattr(rollouts, "_GATEWAY", Gateway())
+        [down] = rollout_all([inst], fam.baseline_harness(), "synthetic/weak", seed=5)
+    finally:
+        litellm.custom_provider_map.remove(entry)
+        custom_llm_setup()
+    # the flaky first attempt was retried by the gateway: the customer answered (###STOP###), no infra
+    assert ok.error != "infra" and len(seen) >= 2
+    assert all(c["timeout"] for c in seen) and seen[1].get("seed") == 5 and seen[1]["api_key"] == "sk-user-args-4242"
+    # without retries the failure is infra, and neither key is in what the trajectory keeps
+    assert down.error == "infra"
+    assert "sk-user-args-4242" not in down.error_detail and "sk-env-key-9898" not in down.error_detail
+    assert "[redacted]" in down.error_detail

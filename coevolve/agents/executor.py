@@ -29,8 +29,9 @@ threads would only wait longer; 0 runs everything inline on the loop, as before.
 **A user channel.** A family's environment may declare that the assistant's plain text is a message to a
 simulated user (`user_channel = True`, as tau2's conversations do), unless the harness offers the env's
 `user_tool` (a tool through which the agent talks instead). The executor then asks the env to open the
-conversation (`open_conversation(seed, channel)`: the user is created with the rollout's seed, and its
-opening is the first user message, in place of the instance's instruction). With the channel on:
+conversation (`open_conversation(seed, channel, call)`: the user is created with the rollout's seed and,
+when it is a model, calls it through `call`, this executor's client; its opening is the first user
+message, in place of the instance's instruction). With the channel on:
 - an assistant message without tool calls goes to the user (`say(text) -> (reply, ended)`), and the reply
   comes back as a user message (no nudge);
 - a message with tool calls opens a turn (`begin_turn(text)`: its text is recorded with the calls), each
@@ -177,6 +178,15 @@ class Executor:
         call = functools.partial(contextvars.copy_context().run, fn, *args)
         return await asyncio.get_running_loop().run_in_executor(pool, call)
 
+    def _customer_call(self) -> Callable[..., Any] | None:
+        """How a conversation's LLM customer reaches its model: this executor's client, synchronously (the
+        customer answers inside a tool call, on a tool thread), so the gateway's timeout, retries and
+        redaction apply to it as to the agent's calls. None for a client without a synchronous call."""
+        complete = getattr(self.client, "complete", None)
+        if complete is None:
+            return None
+        return lambda model, messages, tools, seed, args: complete(model, messages, tools, seed=seed, **args)
+
     def close(self) -> None:
         """Stop the tool threads (idle ones also end when the executor is garbage-collected)."""
         with self._pool_lock:
@@ -198,7 +208,7 @@ class Executor:
         channel = False
         if getattr(env, "user_channel", False):
             channel = getattr(env, "user_tool", None) not in {t.impl for t in tools}
-            first = await self._off_loop(env.open_conversation, seed, channel)
+            first = await self._off_loop(env.open_conversation, seed, channel, self._customer_call())
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": harness.render_system()},
             {"role": "user", "content": f"{first}\n\n{TASK_ID_LINE.format(id=instance.id)}"},

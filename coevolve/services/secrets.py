@@ -124,13 +124,24 @@ def ensure_secrets() -> None:
 
 
 def secret_values() -> set[str]:
-    """Values to keep out of anything written: the secrets file's, and every environment variable
-    whose name says key, token, secret, password or credential."""
+    """Values to keep out of anything written: the secrets file's, every environment variable whose name
+    says key, token, secret, password or credential, and such arguments of the tau2 customer's model."""
     values = set(_loaded_secrets)
     for k, v in os.environ.items():
         if k not in _NOT_SECRET and _SECRET_NAME.search(k) and len(v) >= 8:
             values.add(v)
-    return values
+    return values | _secret_arguments(environment().tau2_user_args)
+
+
+def _secret_arguments(raw: str) -> set[str]:
+    """The values of a JSON object of litellm arguments whose keys name a secret (`api_key`, ...)."""
+    try:
+        args = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        return set()
+    if not isinstance(args, dict):
+        return set()
+    return {v for k, v in args.items() if isinstance(v, str) and len(v) >= 8 and _SECRET_NAME.search(k)}
 
 
 def redact(text: str) -> str:

@@ -43,7 +43,7 @@ from coevolve.tasks.tau2.data import (
     tool_specs,
     user_model,
 )
-from coevolve.tasks.tau2.users import GREETING, STOP, ScriptedUser, SimulatedUser, is_stop
+from coevolve.tasks.tau2.users import GREETING, STOP, CustomerCall, ScriptedUser, SimulatedUser, is_stop
 from coevolve.values import TaskInstance, ToolSpec
 
 MAX_ERRORS = 10  # tau2's DEFAULT_MAX_ERRORS (checked against tau2.config at import in tests)
@@ -119,9 +119,10 @@ class Tau2Env(TaskEnv):
             raise NotImplementedError(f"tau2 {self.domain} task {self.task_id} has an initial state; not supported")
 
     # ------------------------------------------------------------------ the conversation's start
-    def open_conversation(self, seed: int = 0, channel: bool = True) -> str:
+    def open_conversation(self, seed: int = 0, channel: bool = True, call: CustomerCall | None = None) -> str:
         """Create the customer for this rollout (seeded) and return its opening, the first user message.
-        `channel`: tau2's protocol (assistant text to the customer); False: the `tool` protocol."""
+        `channel`: tau2's protocol (assistant text to the customer); False: the `tool` protocol. `call`: how
+        an LLM customer reaches its model (the executor's gateway); None: tau2's own litellm call."""
         if self.protocol is not None:
             raise RuntimeError("the conversation is already open")
         self.protocol = "tau2" if channel else "tool"
@@ -129,7 +130,7 @@ class Tau2Env(TaskEnv):
         sc = scenario(raw_tasks(self.domain)[self.task_id])
         model, args = user_model()
         if model:
-            self.user = _simulated_user(self.task, sc, model, args, seed)
+            self.user = SimulatedUser(self.task, model, dict(args), seed=seed, call=call)
             if channel:
                 self.blocking_user = True  # a synchronous call to the user's model
             else:
@@ -370,11 +371,6 @@ class Tau2Env(TaskEnv):
 def _scripted_user(sc: Any, seed: int) -> ScriptedUser:
     """The offline customer: the scenario only (never the task's evaluation criteria) and the rollout's seed."""
     return ScriptedUser(sc, seed)
-
-
-def _simulated_user(task: Any, sc: Any, model: str, args: dict[str, Any], seed: int) -> SimulatedUser:
-    """tau2's LLM user with the rollout's seed in its litellm arguments (tau2's `BaseUser.set_seed`)."""
-    return SimulatedUser(task, model, dict(args), seed=seed)
 
 
 def _opening(user: Any, sc: Any = None) -> str:

@@ -46,7 +46,7 @@ from coevolve.tasks.tau2.data import (
 )
 from coevolve.tasks.tau2.env import TRANSFER_TOOL, Tau2Env
 from coevolve.tasks.tau2.plan import FIRST_MESSAGE, TRANSFER_MESSAGE
-from coevolve.tasks.tau2.users import GREETING, STOP, TRANSFER, ScriptedUser, SimulatedUser, is_stop
+from coevolve.tasks.tau2.users import GREETING, STOP, TRANSFER, CustomerCall, ScriptedUser, SimulatedUser, is_stop
 from coevolve.values import TaskInstance
 
 __all__ = ["ReferenceUser", "Tau2TelecomEnv", "Tau2TelecomFamily", "ask", "gold_actions", "render"]
@@ -196,7 +196,7 @@ class Tau2TelecomEnv(Tau2Env):
         return tuple(t.name for t in self.env.get_user_tools())
 
     # ------------------------------------------------------------------ the conversation's start
-    def open_conversation(self, seed: int = 0, channel: bool = True) -> str:
+    def open_conversation(self, seed: int = 0, channel: bool = True, call: CustomerCall | None = None) -> str:
         """As `Tau2Env.open_conversation`, with the telecom customer (its tools when it is tau2's LLM user);
         a first message with tool calls runs the customer's tool loop before the agent hears it."""
         if self.protocol is not None:
@@ -207,7 +207,7 @@ class Tau2TelecomEnv(Tau2Env):
         if self.customer is not None:
             self.user = self.customer(self.task, seed)
         elif model:
-            self.user = SimulatedUser(self.task, model, dict(args), seed=seed, tools=self.env.get_user_tools())
+            self.user = SimulatedUser(self.task, model, dict(args), seed=seed, tools=self.env.get_user_tools(), call=call)
             if channel:
                 self.blocking_user = True
             else:

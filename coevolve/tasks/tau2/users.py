@@ -8,7 +8,11 @@ Two users, chosen per rollout by the environment variable `COEVOLVE_TAU2_USER_MO
   As in tau2's `Orchestrator`, the conversation starts from tau2's greeting (`GREETING`, the agent's first
   message) and the simulator writes the customer's first message itself (`SimulatedUser.opening`); the
   rollout's seed goes into its litellm arguments (`seed`), as tau2's orchestrator does with the per-trial
-  seed of `tau2 run` (`BaseUser.set_seed`). This is the user tau2's published numbers use;
+  seed of `tau2 run` (`BaseUser.set_seed`). This is the user tau2's published numbers use. In a rollout
+  its calls go through the model gateway the executor hands over (`CustomerCall`: the gateway's timeout,
+  retries of infra failures and redaction of secrets from errors), so an unreachable customer ends the
+  rollout as infra, never as the agent's failure; without one (the reference solver, tests) tau2's own
+  `generate` calls litellm;
 - unset: `ScriptedUser`, an offline stand-in that answers from the task's `Scenario` (never from the
   task's evaluation criteria) by fixed, documented rules and never calls a model: it exists so the
   families run in CI and under the reference solver, not to measure a real agent. It follows the parts of
@@ -22,12 +26,16 @@ ends the conversation (tau2's `USER_STOP`).
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.llm.contract import Completion
 from coevolve.tasks.base import affirmed
 from coevolve.tasks.tau2.data import Scenario
 
@@ -460,6 +468,64 @@ def _content_words(text: str) -> set[str]:
 
 
 # ---------------------------------------------------------------------------------- LLM user
+# How the LLM customer reaches its model in a rollout: the model gateway's call, from the executor that
+# runs the rollout: (litellm model, OpenAI messages, OpenAI tools, seed, further litellm arguments).
+CustomerCall = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int, dict[str, Any]], Completion]
+# the litellm argument under which a simulator's `llm_args` carry its `CustomerCall` to `generate`
+_CALL_ARG = "_coevolve_customer_call"
+_generate_lock = threading.Lock()
+
+
+def _route_generate_through_calls(t: Any) -> None:
+    """Make tau2's user simulator send its model calls through the `CustomerCall` in its `llm_args`, when
+    it has one (tau2's `generate` otherwise). Installed once per process; tau2's message handling
+    (role flipping, tool calls) is unchanged."""
+    with _generate_lock:
+        module = t.user_simulator
+        if getattr(module.generate, "routes_customer_calls", False):
+            return
+        original = module.generate
+
+        def generate(model: str, messages: list[Any], tools: list[Any] | None = None, tool_choice: str | None = None, **kw: Any) -> Any:
+            call = kw.pop(_CALL_ARG, None)
+            if call is None:
+                return original(model, messages, tools, tool_choice, **kw)
+            from tau2.utils.llm_utils import to_litellm_messages
+
+            seed = int(kw.pop("seed", 0) or 0)
+            kw.pop("num_retries", None)  # the gateway retries
+            schemas = [tool.openai_schema for tool in tools] if tools else []
+            done = call(model, to_litellm_messages(messages), schemas, seed, kw)
+            return assistant_message(t, done)
+
+        generate.routes_customer_calls = True  # type: ignore[attr-defined]
+        module.generate = generate
+
+
+def assistant_message(t: Any, done: Completion) -> Any:
+    """tau2's `AssistantMessage` of a gateway completion (what tau2's `generate` returns)."""
+    M = t.message
+    calls = [
+        M.ToolCall(id=c.get("id") or f"call_{i}", name=c["function"]["name"], arguments=_arguments(c["function"].get("arguments")))
+        for i, c in enumerate(done.message.get("tool_calls") or [])
+    ]
+    return M.AssistantMessage(
+        role="assistant", content=done.message.get("content"), tool_calls=calls or None, cost=done.cost_usd,
+        usage={"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
+        raw_data=dict(done.message),
+    )
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        out = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
 class SimulatedUser:
     """tau2's LLM user simulator, from the start of the conversation: tau2's greeting is the first message
     and the simulator writes the customer's first message (`opening`), as in tau2's `Orchestrator`."""
@@ -467,16 +533,22 @@ class SimulatedUser:
     kind = "llm"
 
     def __init__(self, task: Any, model: str, llm_args: dict[str, Any], seed: int | None = None, attempts: int = 4,
-                 tools: list[Any] | None = None):
-        """`tools`: the customer's own tools (tau2's user tools, telecom's phone), None where it has none."""
+                 tools: list[Any] | None = None, call: CustomerCall | None = None):
+        """`tools`: the customer's own tools (tau2's user tools, telecom's phone), None where it has none.
+        `call`: the gateway's call (it retries, so a failure here is final); None: tau2's `generate`,
+        `attempts` tries."""
         from coevolve.tasks.tau2.data import tau2
 
         t = tau2()
         self.t = t
         self.model = model
-        self.attempts = attempts
+        self.attempts = 1 if call is not None else attempts
+        args = dict(llm_args)
+        if call is not None:
+            _route_generate_through_calls(t)
+            args[_CALL_ARG] = call
         self.sim = t.user_simulator.UserSimulator(
-            tools=tools, instructions=str(task.user_scenario), llm=model, llm_args=dict(llm_args)
+            tools=tools, instructions=str(task.user_scenario), llm=model, llm_args=args
         )
         if seed is not None:
             self.sim.set_seed(int(seed))  # tau2's orchestrator: user.set_seed(seed) -> llm_args["seed"]
@@ -505,4 +577,5 @@ class SimulatedUser:
                 self.state = snapshot
                 if attempt + 1 < self.attempts:
                     time.sleep(min(4.0, 0.5 * 2**attempt))
-        raise RuntimeError(f"user model {self.model} failed {self.attempts} times: {type(last).__name__}: {last}")
+        times = f" {self.attempts} times" if self.attempts > 1 else ""
+        raise RuntimeError(f"user model {self.model} failed{times}: {type(last).__name__}: {last}")
