@@ -169,7 +169,7 @@ def run_cell(store: Path, model: str, level: str, family: str, kind: str, worker
         raise RuntimeError(f"{family} {level} {kind}: {tally['infra']} of {tally['rollouts']} rollouts were infrastructure "
                            "failures; the cell is not decided (fix the server and run again: finished looks are kept)")
     rate = tally["passed"] / scored if scored else 0.0
-    return {
+    cell = {
         "model": model, "level": level, "params": dict(params), "family": family, "harness": kind,
         "harness_id": harness.id, "pass_at_1": round(rate, 4),
         "ci95": [round(x, 4) for x in wilson_interval(tally["passed"], scored)], "rollouts": tally["rollouts"],
@@ -177,30 +177,54 @@ def run_cell(store: Path, model: str, level: str, family: str, kind: str, worker
         "mean_turns": round(tally["turns"] / max(tally["rollouts"], 1), 2), "total_tokens": tally["tokens"],
         "stopped": stopped, "looks": looks, "seconds": round(time.perf_counter() - started, 1),
     }
+    with HarnessStore(store, create=True) as hs:
+        cell["turns"] = turn_stats(hs, cell)
+    return cell
+
+
+def turn_stats(hs: Any, cell: dict[str, Any]) -> dict[str, int]:
+    """A cell's turns, from its looks' rollouts in the store: assistant turns, those carrying exactly one
+    schema-valid call of an offered tool, rollouts the loop rule ended, and rollouts the model ended
+    (`finish`) at its first turn or later."""
+    from coevolve.agents.executor import assistant_positions, openai_tool
+    from coevolve.llm.constrained import message_call_error
+
+    from coevolve.store.db import StoreError
+
+    try:
+        trajs = [t for look in cell["looks"] for t in hs.get_trajectories(look["run_id"])]
+    except StoreError:  # the looks ran against another store (another machine's)
+        trajs = []
+    if not trajs:
+        return dict.fromkeys(("rollouts", "assistant_turns", "schema_valid", "loop_ended", "finished_turn_1", "finished_later"), 0)
+    tools = [openai_tool(t) for t in hs.get_harness(cell["harness_id"]).tools]
+    verdicts = [message_call_error(t.messages[p], tools) is None for t in trajs for p in assistant_positions(t.messages)]
+    ended = [len(t.turns) for t in trajs if t.error == "none"]
+    return {"rollouts": len(trajs), "assistant_turns": len(verdicts), "schema_valid": sum(verdicts),
+            "loop_ended": sum(t.loop_ended for t in trajs), "finished_turn_1": sum(n == 1 for n in ended),
+            "finished_later": sum(n > 1 for n in ended)}
 
 
 def turn_table(cells: dict[tuple[str, str, str, str], dict[str, Any]], store: Path, model: str) -> str:
-    """Per measured cell, from its looks' rollouts in the store: assistant turns, the share carrying
-    exactly one schema-valid call of an offered tool, and the share of rollouts the loop rule ended."""
-    from coevolve.agents.executor import assistant_positions, openai_tool
+    """Per measured cell, its `turn_stats` (recorded with the cell when it finished, else read from the
+    store): the share of turns with one schema-valid call and the share of rollouts the loop rule ended."""
     from coevolve.analysis.rollouts import wilson_interval
-    from coevolve.llm.constrained import message_call_error
     from coevolve.store.store import HarnessStore
 
     lines = ["| level | family | harness | turns | one schema-valid call [95%] | rollouts loop-ended [95%] | ended by the model (finish) at turn 1 / later |",
              "|---|---|---|---|---|---|---|"]
-    with HarnessStore(store, create=False) as hs:
+    with HarnessStore(store, create=True) as hs:
         for (m, lv, f, kind), c in sorted(cells.items()):
             if m != model or "looks" not in c:
                 continue
-            tools = [openai_tool(t) for t in hs.get_harness(c["harness_id"]).tools]
-            trajs = [t for look in c["looks"] for t in hs.get_trajectories(look["run_id"])]
-            verdicts = [message_call_error(t.messages[p], tools) is None for t in trajs for p in assistant_positions(t.messages)]
-            valid, loops = sum(verdicts), sum(t.loop_ended for t in trajs)
-            vi, li = wilson_interval(valid, len(verdicts)), wilson_interval(loops, len(trajs))
-            ended = [len(t.turns) for t in trajs if t.error == "none"]
-            lines.append(f"| {lv} | {f} | {kind} | {len(verdicts)} | {valid / max(len(verdicts), 1):.0%} [{vi[0]:.0%}, {vi[1]:.0%}]"
-                         f" | {loops}/{len(trajs)} [{li[0]:.0%}, {li[1]:.0%}] | {sum(n == 1 for n in ended)} / {sum(n > 1 for n in ended)} |")
+            st = c.get("turns") or turn_stats(hs, c)
+            if not st["rollouts"]:
+                lines.append(f"| {lv} | {f} | {kind} | rollouts not in this store | | | |")
+                continue
+            vi, li = wilson_interval(st["schema_valid"], st["assistant_turns"]), wilson_interval(st["loop_ended"], st["rollouts"])
+            lines.append(f"| {lv} | {f} | {kind} | {st['assistant_turns']} | {st['schema_valid'] / max(st['assistant_turns'], 1):.0%}"
+                         f" [{vi[0]:.0%}, {vi[1]:.0%}] | {st['loop_ended']}/{st['rollouts']} [{li[0]:.0%}, {li[1]:.0%}]"
+                         f" | {st['finished_turn_1']} / {st['finished_later']} |")
     return "\n".join(lines)
 
 

@@ -151,9 +151,16 @@ def test_a_cell_runs_look_by_look_and_a_rerun_reads_finished_looks_back(tmp_path
         runs = hs.list_runs("eval")
         assert [(r.config["n"], r.config.get("start", 0)) for r in runs] == [(10, 0), (2, 10)]
     assert [lk["run_id"] for lk in cell["looks"]] == [r.run_id for r in runs]
-    row = sel.turn_table({("synthetic/weak", "L0", "iot", "oracle"): cell}, store, "synthetic/weak").splitlines()[-1]
-    assert row.startswith("| L0 | iot | oracle | ") and f"/{cell['rollouts']} [" in row  # read from the looks' rollouts
-    assert int(row.split("|")[4]) == round(cell["mean_turns"] * cell["rollouts"])
+    # the cell carries its turns (a fresh machine's store no longer has the rollouts); equal to a re-read
+    assert cell["turns"]["rollouts"] == cell["rollouts"] and cell["turns"]["loop_ended"] == cell["loop_ended"]
+    assert cell["turns"]["assistant_turns"] == round(cell["mean_turns"] * cell["rollouts"])
+    key = ("synthetic/weak", "L0", "iot", "oracle")
+    row = sel.turn_table({key: cell}, store, "synthetic/weak").splitlines()[-1]
+    assert row.startswith("| L0 | iot | oracle | ") and f"/{cell['rollouts']} [" in row
+    assert int(row.split("|")[4]) == cell["turns"]["assistant_turns"]
+    bare = {k: v for k, v in cell.items() if k != "turns"}
+    assert sel.turn_table({key: bare}, store, "synthetic/weak") == sel.turn_table({key: cell}, store, "synthetic/weak")
+    assert "not in this store" in sel.turn_table({key: bare}, tmp_path / "elsewhere", "synthetic/weak")
     again = sel.run_cell(store, "synthetic/weak", "L0", "iot", "oracle", 1, 12, 16)
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in cell.items() if k != "seconds"}
     with HarnessStore(store, create=False) as hs:
