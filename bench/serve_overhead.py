@@ -228,7 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {model} is not a model folder (import SmolLM2: coevolve models import-smollm2 {model})", file=sys.stderr)
         return 2
 
-    from coevolve.services.logs import configure_logging, output_to_file, quiet_libraries, quiet_serve_driver, ray_log_dir
+    from coevolve.services.logs import (
+        configure_logging,
+        output_to_file,
+        quiet_libraries,
+        quiet_serve_driver,
+        ray_log_dir,
+    )
 
     quiet_libraries()
     configure_logging(json_lines=False, level="warning")
@@ -246,7 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     ceil = ceiling(config, prompt_tokens, a.threads, dtype)
 
     from coevolve.cluster.runtime import start_ray, stop_ray
-    from coevolve.services.serving.app import apply_serve_env_defaults, litellm_route, start_serving, stop_serving
+    from coevolve.services.serving.app import (
+        apply_serve_env_defaults,
+        litellm_route,
+        start_serving,
+        stop_serving,
+    )
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     store = work / "store"

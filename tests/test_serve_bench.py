@@ -51,3 +51,28 @@ def test_the_prompt_is_a_real_rollout_prompt_and_nonces_defeat_or_keep_the_prefi
     assert a[0]["content"][:10] != b[0]["content"][:10] and a[1:] == msgs[1:]
     c = bench.nonce_last(msgs, 3)
     assert c[:-1] == msgs[:-1] and c[-1]["content"].startswith(msgs[-1]["content"])
+
+
+def test_the_adapter_cell_adapter_leaves_the_model_unchanged_but_is_a_full_lora(tmp_path):
+    """bench/adapter_cell.py compares cells of equal work: its adapter is a rank-16 LoRA on every linear
+    layer whose B is zero, so the model's logits are unchanged (a trained one would change the rollouts)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from coevolve.services.serving.models import make_tiny
+
+    spec = importlib.util.spec_from_file_location("adapter_cell", ROOT / "bench" / "adapter_cell.py")
+    cell = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cell)
+    base = make_tiny(tmp_path / "tiny")
+    cell.identity_adapter(str(base), tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 16 and set(config["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    ids = torch.arange(1, 17).unsqueeze(0)
+    with torch.no_grad():
+        want = model(ids).logits
+        lora = PeftModel.from_pretrained(model, tmp_path / "adapter")
+        assert any(n.endswith("lora_A.default.weight") and p.abs().sum() > 0 for n, p in lora.named_parameters())
+        assert torch.equal(lora(ids).logits, want)
