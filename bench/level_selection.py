@@ -188,7 +188,6 @@ def turn_stats(hs: Any, cell: dict[str, Any]) -> dict[str, int]:
     (`finish`) at its first turn or later."""
     from coevolve.agents.executor import assistant_positions, openai_tool
     from coevolve.llm.constrained import message_call_error
-
     from coevolve.store.db import StoreError
 
     try:

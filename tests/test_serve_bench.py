@@ -38,7 +38,7 @@ def test_attention_grows_with_the_context_and_the_sequences(tmp_path):
     import torch
 
     config = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64}
-    t = lambda *a: min(bench.attention_seconds(config, *a, torch.float32, repeats=3) for _ in range(3))  # noqa: E731
+    t = lambda *a: min(bench.attention_seconds(config, *a, torch.float32, repeats=3) for _ in range(3))
     assert t(1, 4096, 1) > 4 * t(1, 256, 1)
     assert t(1, 1024, 16) > 4 * t(1, 1024, 1)
 
