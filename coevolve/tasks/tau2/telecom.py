@@ -46,7 +46,15 @@ from coevolve.tasks.tau2.data import (
 )
 from coevolve.tasks.tau2.env import TRANSFER_TOOL, Tau2Env
 from coevolve.tasks.tau2.plan import FIRST_MESSAGE, TRANSFER_MESSAGE
-from coevolve.tasks.tau2.users import GREETING, STOP, TRANSFER, CustomerCall, ScriptedUser, SimulatedUser, is_stop
+from coevolve.tasks.tau2.users import (
+    GREETING,
+    STOP,
+    TRANSFER,
+    CustomerCall,
+    ScriptedUser,
+    SimulatedUser,
+    is_stop,
+)
 from coevolve.values import TaskInstance
 
 __all__ = ["ReferenceUser", "Tau2TelecomEnv", "Tau2TelecomFamily", "ask", "gold_actions", "render"]
