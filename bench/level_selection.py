@@ -13,7 +13,8 @@ Order: the oracle cells of a level before its baseline cells, a level before the
 decision (the lowest level where at least two families' oracle val rate is within [10%, 90%]) is known
 as early as the measurements allow; `--levels` and `--harnesses` restrict what runs (the table then
 shows what is measured). The rule itself is `choose_level` below, fixed before any SmolLM2 run; its
-sequential cells (`look_decision`, `verdict`) by the dated amendment of design §10.
+sequential cells (`look_decision`, `verdict`) by the dated amendment of design §10, and one look for a
+baseline cell whose oracle cell stopped below 10% (`cell_instances`, design §11).
 
     # a served SmolLM2 (coevolve serve --config deploy/serve/cpu-smollm2.yaml --store .coevolve-real ...)
     .venv/bin/python bench/level_selection.py --model vllm/smollm2 --store .coevolve-real \\
@@ -49,6 +50,7 @@ VAL_N, SEEDS = 50, 2
 LOOK, Z_LOOK = 10, 2.576
 MAX_INFRA = 0.10  # a cell with a larger share of infrastructure failures is not decided (rerun it)
 DECIDED_BY_LOOK = ("below", "above", "inside")
+ONE_LOOK = "one look"  # a baseline cell whose oracle cell stopped below 10% (design §11)
 
 
 def progress(msg: str) -> None:
@@ -101,6 +103,14 @@ def choose_level(decided: dict[tuple[str, str], tuple[float, bool]], levels: lis
             best = sorted(qualifying[level], key=lambda f: (abs(decided[level, f][0] - 0.5), order[f]))
             return {"level": level, "families": best[:MAX_FAMILIES], "qualifying": qualifying, "complete": True}
     return {"level": None, "families": [], "qualifying": qualifying, "complete": True}
+
+
+def cell_instances(cells: dict[tuple[str, str, str, str], dict[str, Any]], model: str, level: str, family: str,
+                   kind: str, n: int) -> int:
+    """Val instances a cell may run: one look for a baseline cell whose family's oracle cell at the level
+    stopped wholly below 10% (design §11), else `n`."""
+    oracle = cells.get((model, level, family, "oracle"))
+    return LOOK if kind == "baseline" and oracle is not None and oracle.get("stopped") == "below" else n
 
 
 def cells_by_key(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
@@ -274,13 +284,16 @@ def main(argv: list[str] | None = None) -> int:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         order = [(lv, kind, f) for lv in levels for kind in ("oracle", "baseline") if kind in kinds for f in families]
         def measured(c: dict[str, Any] | None) -> bool:
-            return c is not None and (c.get("stopped") in DECIDED_BY_LOOK or c["rollouts"] >= a.n * SEEDS)
+            return c is not None and (c.get("stopped") in (*DECIDED_BY_LOOK, ONE_LOOK) or c["rollouts"] >= a.n * SEEDS)
 
         todo = [c for c in order if not measured(cells.get((a.model, c[0], c[2], c[1])))]
         progress(f"{len(order) - len(todo)} of {len(order)} cells already measured in {a.out}")
         for i, (lv, kind, f) in enumerate(todo, 1):
             progress(f"[{i}/{len(todo)}] {a.model} {lv} {LEVELS[lv]} {f} {kind} ...")
-            cell = run_cell(a.store, a.model, lv, f, kind, a.workers, a.n, a.in_flight)
+            n = cell_instances(cells, a.model, lv, f, kind, a.n)
+            cell = run_cell(a.store, a.model, lv, f, kind, a.workers, n, a.in_flight)
+            if n < a.n and cell["stopped"] == "point":
+                cell["stopped"] = ONE_LOOK
             progress(f"[{i}/{len(todo)}] {f} {lv} {kind}: {100 * cell['pass_at_1']:.0f}% of {cell['rollouts']}"
                      f" ({cell['stopped']}) in {cell['seconds']:.0f}s")
             with a.out.open("a") as fh:

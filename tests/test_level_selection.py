@@ -175,3 +175,13 @@ def test_an_eval_can_start_inside_the_split(tmp_path):
     for start, error in [(49, "run past iot's val split"), (-1, "must be >= 0")]:
         with pytest.raises(ValueError, match=error):
             validate_eval(EvalRequest("iot", "val", 2, "baseline", ("synthetic/weak",), 1, 0, None, start=start), tmp_path / "s")
+
+
+def test_a_baseline_cell_runs_one_look_only_where_its_oracle_cell_stopped_below():
+    m = "vllm/smollm2"
+    cells = {(m, "L0", "iot", "oracle"): {"stopped": "below"}, (m, "L0", "budget", "oracle"): {"stopped": "inside"},
+             (m, "L1", "iot", "oracle"): {"stopped": "point"}}
+    assert sel.cell_instances(cells, m, "L0", "iot", "baseline", 50) == sel.LOOK == 10
+    assert sel.cell_instances(cells, m, "L0", "iot", "oracle", 50) == 50
+    assert [sel.cell_instances(cells, m, lv, f, "baseline", 50) for lv, f in [("L0", "budget"), ("L1", "iot"), ("L0", "stock")]] == [50] * 3
+    assert sel.cell_instances(cells, "other/model", "L0", "iot", "baseline", 50) == 50
