@@ -10,7 +10,7 @@ litellm's own per-call bookkeeping costs several ms of CPU, mostly response-cost
 thousands of concurrent rollouts is cores of pure overhead. Providers we own (synthetic) stamp their
 cost on the response, which litellm then uses instead of pricing it; costs can be overridden per model.
 
-Infra failures are retried here, for every caller (executor, proposer, judge, expert): timeouts,
+Infra failures are retried here, for every caller (executor, tau2 customer, proposer, judge, expert): timeouts,
 connection errors and resets, 429, 5xx, and answers that are not a chat completion (a body that is not
 JSON or is cut off — litellm reports both as a 500 —, or a response without choices). Each attempt is
 numbered in the `X-Coevolve-Attempt` header (fault injectors draw per attempt; servers ignore it),
