@@ -28,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from serve_overhead import lora_adapter, model_folder
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -39,14 +42,9 @@ def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def identity_adapter(base: str, out: Path) -> None:
-    """A rank-16 LoRA on every linear layer with peft's default initialisation (B = 0)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(base)
-    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=targets)).save_pretrained(out)
+def cell_adapter(base: str, out: Path) -> None:
+    """The warm-up's shape (rank 16 on every linear layer), B = 0: the model's output unchanged."""
+    lora_adapter(base, out, 16, identity=True)
 
 
 def serve(config: str, model: Path, store: Path, log: Path) -> subprocess.Popen:
@@ -85,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=50, help="val instances (x 2 seeds)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    model = Path(a.model)
-    if not (model / "config.json").is_file():
-        print(f"error: {model} is not a model folder (import SmolLM2: coevolve models import-smollm2 {model})", file=sys.stderr)
+    model = model_folder(a.model)
+    if model is None:
         return 2
     from coevolve.store.store import HarnessStore
     from coevolve.tasks.helpers import selection_harnesses
@@ -95,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     store = Path(tempfile.mkdtemp(prefix="bench-adapter-cell-")) / "store"
     (store / "adapters").mkdir(parents=True)
     progress(f"an identity LoRA adapter (rank 16, B = 0) in {store} ...")
-    identity_adapter(str(model), store / "adapters" / ADAPTER)
+    cell_adapter(str(model), store / "adapters" / ADAPTER)
     harness = selection_harnesses(a.family)["oracle"]
     with HarnessStore(store, create=True) as hs:
         hs.put_harness(harness, rationale="adapter cell bench: the level rule's oracle harness")

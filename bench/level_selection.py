@@ -217,17 +217,19 @@ def turn_stats(hs: Any, cell: dict[str, Any]) -> dict[str, int]:
 def turn_table(cells: dict[tuple[str, str, str, str], dict[str, Any]], store: Path, model: str) -> str:
     """Per measured cell, its `turn_stats` (recorded with the cell when it finished, else read from the
     store): the share of turns with one schema-valid call and the share of rollouts the loop rule ended."""
+    from contextlib import nullcontext
+
     from coevolve.analysis.rollouts import wilson_interval
     from coevolve.store.store import HarnessStore
 
     lines = ["| level | family | harness | turns | one schema-valid call [95%] | rollouts loop-ended [95%] | ended by the model (finish) at turn 1 / later |",
              "|---|---|---|---|---|---|---|"]
-    with HarnessStore(store, create=True) as hs:
+    with HarnessStore(store, create=False) if (store / "store.db").is_file() else nullcontext() as hs:
         for (m, lv, f, kind), c in sorted(cells.items()):
             if m != model or "looks" not in c:
                 continue
-            st = c.get("turns") or turn_stats(hs, c)
-            if not st["rollouts"]:
+            st = c.get("turns") or (turn_stats(hs, c) if hs is not None else None)
+            if not st or not st["rollouts"]:
                 lines.append(f"| {lv} | {f} | {kind} | rollouts not in this store | | | |")
                 continue
             vi, li = wilson_interval(st["schema_valid"], st["assistant_turns"]), wilson_interval(st["loop_ended"], st["rollouts"])

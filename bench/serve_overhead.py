@@ -202,7 +202,10 @@ async def served_rates(route: dict, msgs: list[dict], tools: list[dict], fmt: di
     return out
 
 
-def random_adapter(base: str, out: Path) -> None:
+def lora_adapter(base: str, out: Path, rank: int, *, identity: bool = False) -> None:
+    """A LoRA adapter of `rank` on every linear layer of the model at `base`, written to `out`: random
+    (seed 0) so that it changes the model's output, or with `identity` peft's default initialisation
+    (B = 0), which leaves the output unchanged."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -210,7 +213,17 @@ def random_adapter(base: str, out: Path) -> None:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets, init_lora_weights=False)).save_pretrained(out)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, init_lora_weights=identity)
+    get_peft_model(model, config).save_pretrained(out)
+
+
+def model_folder(path: str) -> Path | None:
+    """`path` as a model folder, or None after saying on stderr how to import SmolLM2 there."""
+    model = Path(path)
+    if (model / "config.json").is_file():
+        return model
+    print(f"error: {model} is not a model folder (import SmolLM2: coevolve models import-smollm2 {model})", file=sys.stderr)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,9 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="override the serve profile, e.g. models.0.engine.enforce_eager=false (repeatable)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    model = Path(a.model)
-    if not (model / "config.json").is_file():
-        print(f"error: {model} is not a model folder (import SmolLM2: coevolve models import-smollm2 {model})", file=sys.stderr)
+    model = model_folder(a.model)
+    if model is None:
         return 2
 
     from coevolve.services.logs import (
@@ -263,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     store = work / "store"
     (store / "adapters").mkdir(parents=True)
     progress("a random LoRA adapter (rank 8, every linear layer) ...")
-    random_adapter(str(model), store / "adapters" / ADAPTER)
+    lora_adapter(str(model), store / "adapters" / ADAPTER, 8)
     apply_serve_env_defaults()
     start_ray(None, a.threads, log_to_driver=False)
     quiet_serve_driver()

@@ -66,7 +66,7 @@ def test_the_adapter_cell_adapter_leaves_the_model_unchanged_but_is_a_full_lora(
     cell = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cell)
     base = make_tiny(tmp_path / "tiny")
-    cell.identity_adapter(str(base), tmp_path / "adapter")
+    cell.cell_adapter(str(base), tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["r"] == 16 and set(config["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
