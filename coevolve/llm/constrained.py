@@ -140,6 +140,21 @@ def call_error(name: Any, arguments: Any, tools: list[dict[str, Any]]) -> str | 
     return schema_error(arguments, schemas[name])
 
 
+def arguments_object(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments as an object: the dict itself, or its JSON text parsed; {} for anything
+    else (empty, not JSON, not an object)."""
+    if isinstance(raw, dict):
+        return raw
+    if not raw:
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
+
+
 def message_call_error(message: dict[str, Any], tools: list[dict[str, Any]]) -> str | None:
     """Why an assistant message does not carry exactly one schema-valid call of one of `tools`, or None
     (what the bench and the tests count, for free and constrained replies alike)."""

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.llm.constrained import arguments_object
 from coevolve.services.training.rows import TrainingError, row_decoding
 from coevolve.values import TrainingRow
 
@@ -36,20 +37,6 @@ IGNORE = -100  # the label of a token that carries no loss
 
 def is_constrained(row: TrainingRow) -> bool:
     return row_decoding(row).get("tool_calls") == CONSTRAINED
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    """A tool call's arguments as vLLM hands them to the chat template: a JSON object, else {}."""
-    if isinstance(raw, dict):
-        return raw
-    if not raw:
-        return {}
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            return {}
-    return raw if isinstance(raw, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -76,7 +63,7 @@ def _template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any
                 for tc in m["tool_calls"]:
                     tc = dict(tc)
                     fn = dict(tc.get("function") or {})
-                    fn["arguments"] = _arguments(fn.get("arguments"))
+                    fn["arguments"] = arguments_object(fn.get("arguments"))
                     tc["function"] = fn
                     calls.append(tc)
                 m["tool_calls"] = calls
@@ -104,7 +91,7 @@ def constrained_answer(message: dict[str, Any], tools: Sequence[dict[str, Any]])
         raise TrainingError(f"a constrained row's trained turn makes {len(calls)} tool calls, not 1")
     fn = calls[0].get("function") or {}
     by_name = {(t.get("function") or {}).get("name"): t for t in tools}
-    arguments = _schema_order(_arguments(fn.get("arguments")), by_name.get(fn.get("name")))
+    arguments = _schema_order(arguments_object(fn.get("arguments")), by_name.get(fn.get("name")))
     return json.dumps({"name": fn.get("name"), "arguments": arguments}, separators=(",", ":"), ensure_ascii=False)
 
 

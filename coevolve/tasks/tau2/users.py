@@ -26,7 +26,6 @@ ends the conversation (tau2's `USER_STOP`).
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import threading
@@ -35,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.llm.constrained import arguments_object
 from coevolve.llm.contract import Completion
 from coevolve.tasks.base import affirmed
 from coevolve.tasks.tau2.data import Scenario
@@ -506,7 +506,7 @@ def assistant_message(t: Any, done: Completion) -> Any:
     """tau2's `AssistantMessage` of a gateway completion (what tau2's `generate` returns)."""
     M = t.message
     calls = [
-        M.ToolCall(id=c.get("id") or f"call_{i}", name=c["function"]["name"], arguments=_arguments(c["function"].get("arguments")))
+        M.ToolCall(id=c.get("id") or f"call_{i}", name=c["function"]["name"], arguments=arguments_object(c["function"].get("arguments")))
         for i, c in enumerate(done.message.get("tool_calls") or [])
     ]
     return M.AssistantMessage(
@@ -514,16 +514,6 @@ def assistant_message(t: Any, done: Completion) -> Any:
         usage={"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens},
         raw_data=dict(done.message),
     )
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
-    try:
-        out = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return out if isinstance(out, dict) else {}
 
 
 class SimulatedUser:
