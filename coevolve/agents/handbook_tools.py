@@ -103,6 +103,29 @@ def rank_sections(searches: list[tuple[dict[str, Any], str]], known_text: str) -
     return [sid for sid, _ in sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def distinct_hits(searches: list[tuple[dict[str, Any], str]], known_text: str) -> list[str]:
+    """Section ids by how clearly some search singled them out: a hit's score over the mean score of
+    its search's hits, the best over the searches (ties by id), skipping sections whose snippet the
+    role already has in `known_text`. Unlike `rank_sections`, a section that one specific search finds
+    comes before one that many vague searches find."""
+    flat = " ".join(known_text.split())
+    best: dict[str, float] = {}
+    for _, result in searches:
+        try:
+            hits = json.loads(result)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(hits, list) or not hits:
+            continue
+        mean = sum(h.get("score", 0.0) for h in hits) / len(hits) or 1.0
+        for h in hits:
+            snippet = (h.get("snippet") or "")[:80]
+            if snippet and snippet in flat:
+                continue
+            best[h["id"]] = max(best.get(h["id"], 0.0), h.get("score", 0.0) / mean)
+    return [sid for sid, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def read_sections(reads: list[tuple[dict[str, Any], str]]) -> list[tuple[str, str]]:
     """(section id, text) of every successful `read_handbook` result, in reading order."""
     out = []

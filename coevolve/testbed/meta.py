@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Any
 
 from coevolve.agents.context import approx_tokens, message_tokens
-from coevolve.agents.handbook_tools import handbook_call, handbook_calls, rank_sections, read_sections
+from coevolve.agents.handbook_tools import handbook_call, handbook_calls, distinct_hits, read_sections
 from coevolve.testbed.policy import SyntheticReply
 
 USELESS = [
@@ -46,8 +46,8 @@ HARMFUL = [
 USELESS_SHARE = 0.2
 HARMFUL_SHARE = 0.1
 BROKEN_SHARE = 0.05
-MAX_QUERIES = 4
-MAX_READS = 4
+MAX_QUERIES = 8
+MAX_READS = 6
 SEARCH_K = 5
 BAD_ARGUMENTS = "bad arguments"  # what an environment answers a call that breaks its tool's signature
 CONSTRAINED_MARK = "tool_calls=constrained"  # how the harness text shows constrained decoding
@@ -67,7 +67,7 @@ def propose(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: i
     if not generic_only and "search_handbook" in offered and not done["search_handbook"]:
         calls = [handbook_call("search_handbook", {"query": q, "k": SEARCH_K}, i, "meta") for i, q in enumerate(_queries(evidence))]
     elif not generic_only and "read_handbook" in offered and done["search_handbook"] and not done["read_handbook"]:
-        ranked = rank_sections(done["search_handbook"], evidence.get("harness", ""))
+        ranked = distinct_hits(done["search_handbook"], evidence.get("harness", ""))
         calls = [handbook_call("read_handbook", {"section": s}, i, "meta") for i, s in enumerate(ranked[:MAX_READS])]
     if calls:
         content = "Let me check the handbook."
@@ -78,20 +78,56 @@ def propose(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: i
 
 # ------------------------------------------------------------------ reading the evidence
 def _queries(evidence: dict[str, Any]) -> list[str]:
-    """Search queries from what the grader and the task say: each failed requirement (its name and the
-    general part of its reason, most frequent first), then the task's first sentence."""
+    """Search queries from what the grader and the task say: each failed requirement (most frequent
+    first) as its name and the general part of its reason, followed by the kinds of error the grader
+    named in that requirement's listings (e.g. "wrong rate" from "E776 2026-07-20 (wrong_rate)", most
+    frequent first); then the headings of the tables the failed rollouts last read, most frequent first;
+    then the task's first sentence."""
     reasons: dict[str, str] = {}
     counts: Counter[str] = Counter()
+    kinds: dict[str, Counter[str]] = {}
     for f in evidence.get("failures", ()):
         for r in f.get("failed_requirements", ()):
             counts[r["id"]] += 1
-            reasons.setdefault(r["id"], _general(r.get("reason", "")))
-    queries = [f"{rid.replace('_', ' ')} {reasons[rid]}".strip() for rid, _ in counts.most_common()]
+            reason = r.get("reason", "")
+            reasons.setdefault(r["id"], _general(reason))
+            kinds.setdefault(r["id"], Counter()).update(dict.fromkeys(_kinds(reason), 1))
+    queries = []
+    for rid, _ in counts.most_common():
+        queries.append(f"{rid.replace('_', ' ')} {reasons[rid]}".strip())
+        queries += [k for k, _ in kinds[rid].most_common()]
+    seen: Counter[str] = Counter()
+    for f in evidence.get("failures", ()):
+        seen.update(dict.fromkeys(_headings(f.get("transcript_tail", ())), 1))
+    queries += [h for h, _ in seen.most_common()]
     instruction = next((f.get("instruction", "") for f in evidence.get("failures", ())), "")
     first = re.split(r"(?<=[.!?])\s", instruction, maxsplit=1)[0]
     if first:
         queries.append(first)
     return [q for q in dict.fromkeys(queries) if q][:MAX_QUERIES]
+
+
+def _headings(tail: Any) -> list[str]:
+    """What the agent last looked at, in its own terms: the first line of each tool result in a
+    failure's transcript tail that reads as a table heading (column names, no digits), e.g.
+    "department | posted_balance_usd | posted_at"."""
+    out = []
+    for m in tail:
+        first = (m.get("content") or "").split("\n", 1)[0] if m.get("role") == "tool" else ""
+        if "|" in first and not re.search(r"\d", first):
+            out.append(" ".join(w.replace("_", " ") for w in re.findall(r"[A-Za-z_]+", first)))
+    return out
+
+
+def _kinds(reason: str) -> list[str]:
+    """The kinds of error a grader's reason names for its listed items: the snake_case words in
+    parentheses after the first ':' or ';' (e.g. "(rejected as insufficient_budget)" -> "insufficient
+    budget")."""
+    parts = re.split(r"[:;]", reason, maxsplit=1)
+    if len(parts) < 2:
+        return []
+    words = re.findall(r"\(([^()]*)\)", parts[1])
+    return list(dict.fromkeys(w.replace("_", " ") for inner in words for w in re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", inner)))
 
 
 def _general(reason: str) -> str:
