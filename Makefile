@@ -8,7 +8,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 export RAY_DEDUP_LOGS := 0
 
-.PHONY: venv sandbox demo test test-slow bench bench-models level-selection clean
+.PHONY: venv sandbox demo test test-slow bench bench-models level-selection warmup clean
 
 venv: $(STAMP)
 
@@ -63,17 +63,27 @@ bench-models: $(STAMP) $(SMOLLM2)/config.json
 # The real-weights selection rule's cells (docs/results/real-weights-design.md §4 and §10) on a SmolLM2
 # server started for them and stopped after: resumable (finished cells are read back from the results
 # file, finished looks from the store). LEVELS=L0 FAMILIES=iot,budget HARNESSES=oracle restrict it.
+# MODEL=smollm2-warm runs them on the warmed-up model (design §4 step 6; `make warmup` builds it).
 LEVELS ?= L0,L1,L2,L3
 FAMILIES ?= iot,payroll,budget,stock,website,browser
 HARNESSES ?= oracle,baseline
-level-selection: $(STAMP) $(SMOLLM2)/config.json
+MODEL ?= smollm2
+level-selection: $(STAMP) .coevolve/models/$(MODEL)/config.json
 	mkdir -p bench-out
-	$(BIN)/coevolve serve --config deploy/serve/cpu-smollm2.yaml --store $(REAL_STORE) > bench-out/serve-smollm2.log 2>&1 & \
+	$(BIN)/coevolve serve --config deploy/serve/cpu-$(MODEL).yaml --store $(REAL_STORE) > bench-out/serve-$(MODEL).log 2>&1 & \
 	pid=$$!; trap 'kill -INT $$pid; wait $$pid' EXIT; \
 	until $(BIN)/coevolve serve status --store $(REAL_STORE) > /dev/null 2>&1; do \
-		kill -0 $$pid 2> /dev/null || { tail -20 bench-out/serve-smollm2.log; exit 1; }; sleep 5; done; \
-	$(BIN)/python bench/level_selection.py --model vllm/smollm2 --store $(REAL_STORE) \
+		kill -0 $$pid 2> /dev/null || { tail -20 bench-out/serve-$(MODEL).log; exit 1; }; sleep 5; done; \
+	$(BIN)/python bench/level_selection.py --model vllm/$(MODEL) --store $(REAL_STORE) \
 		--out docs/results/level-selection.jsonl --levels $(LEVELS) --families $(FAMILIES) --harnesses $(HARNESSES)
+
+# The design's warm-up (§4 step 6): a LoRA on payroll, stock and website reference trajectories (L0, L1,
+# train split) merged into SmolLM2's weights as .coevolve/models/smollm2-warm. Trains with both cores:
+# run it when no cell is in flight. Resumable (the adapter job resumes from its last epoch).
+warmup: .coevolve/models/smollm2-warm/config.json
+
+.coevolve/models/smollm2-warm/config.json: $(SMOLLM2)/config.json
+	$(BIN)/python bench/warmup.py --base $(SMOLLM2) --out .coevolve/models/smollm2-warm --store $(REAL_STORE)
 
 clean:
 	rm -rf $(VENV) .coevolve .pytest_cache

@@ -49,8 +49,8 @@ def _recipes(family_name: str, failures: list[dict]) -> set[str]:
 def test_the_kinds_of_error_a_grader_lists_lead_to_the_sections_on_them():
     generic = [("report_saved", "no audit report was saved (write_audit_report never succeeded)"),
                ("every_erroneous_stub_reported", "1 of the 3 erroneous pay stubs in the audited periods is not in the report")]
-    listed = ("no_false_findings", "2 findings do not match an erroneous pay stub of the audited periods: "
-                                   "E978 2026-07-06 (terminated_paid), E776 2026-07-20 (wrong_rate)")
+    listed = ("no_false_findings", ("2 findings do not match an erroneous pay stub of the audited periods: "
+                                   "E978 2026-07-06 (terminated_paid), E776 2026-07-20 (wrong_rate)"))
     assert "people-who-leave" in _recipes("payroll", [_failure(i, PAYROLL, [*generic, listed]) for i in range(4)])
     # without the listing, nothing points at it
     assert "people-who-leave" not in _recipes("payroll", [_failure(i, PAYROLL, generic) for i in range(4)])

@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Any
 
 from coevolve.agents.context import approx_tokens, message_tokens
-from coevolve.agents.handbook_tools import handbook_call, handbook_calls, distinct_hits, read_sections
+from coevolve.agents.handbook_tools import distinct_hits, handbook_call, handbook_calls, read_sections
 from coevolve.testbed.policy import SyntheticReply
 
 USELESS = [
