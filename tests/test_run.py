@@ -1,6 +1,8 @@
 """The main job, `coevolve run`, as a user runs it: the meta-agent is a detached Ray actor on a local
 head that outlives the client; `monitor` attached from another process shows every role; killing the
-meta-agent mid-cycle and resuming reaches the same final harness and adapter as an uninterrupted run.
+meta-agent mid-cycle and resuming reaches the same final harness and adapter as an uninterrupted run, and
+so does every other interruption of the kill matrix (a meta-agent that raises, `coevolve stop`, a hang-up
+of the client's terminal, a killed client).
 
 These start real Ray heads and run real (small) co-evolutions: minutes, hence `slow`; CI runs them."""
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -177,3 +180,78 @@ def test_a_run_whose_meta_agent_fails_is_recorded_failed_and_leaves_no_head(tmp_
         assert not left, f"the head outlived the failed run: {left}"
     finally:
         stop_head(store)
+
+
+def _first_cell(store: Path, timeout: float = 600) -> str:
+    """The id of the store's run once it has journalled its first cell."""
+    from coevolve.store.store import HarnessStore
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (store / "ray-head.json").exists():
+            runs = HarnessStore(store, create=False).list_runs("coevolve")
+            if runs and HarnessStore(store, create=False).events(runs[0].run_id, "cell"):
+                return runs[0].run_id
+        time.sleep(1)
+    raise AssertionError("the run journalled no cell")
+
+
+def _interrupted(store: Path, interruption: str) -> str:
+    """A run of SMALL on `store` interrupted as the kill matrix says; its id."""
+    from coevolve.store.store import HarnessStore
+
+    if interruption == "raise":  # the meta-agent raises: its rollout actors ask for a resource no node has
+        out = coevolve("run", *SMALL, "weak.resources={nosuch: 1}", "--store", str(store), "--json",
+                       env={"COEVOLVE_ACTOR_READY_TIMEOUT_S": "5"})
+        assert out.returncode == 1, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])["run_id"]
+    if interruption == "stop":
+        started = coevolve("run", *SMALL, "--store", str(store), "--detach", "--json")
+        assert started.returncode == 0, started.stderr[-2000:]
+        run_id = _first_cell(store)
+        assert coevolve("stop", run_id, "--store", str(store)).returncode == 0
+        st = HarnessStore(store, create=False)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and st.get_run(run_id).status != "done":
+            time.sleep(1)
+        assert (st.get_run(run_id).result or {}).get("stop_reason") == "stop requested"
+        return run_id
+    # the client in a session of its own, as a terminal runs it: a hang-up of that session's process group
+    # (the terminal closed), or SIGKILL to the client alone
+    client = subprocess.Popen([BIN, "run", *SMALL, "--store", str(store), "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env={**os.environ, "COEVOLVE_LOG_LEVEL": "warning"})
+    try:
+        run_id = _first_cell(store)
+        if interruption == "sighup":
+            os.killpg(client.pid, signal.SIGHUP)
+        else:
+            client.kill()
+        client.wait(timeout=60)
+    finally:
+        client.kill()
+    assert HarnessStore(store, create=False).get_run(run_id).status not in ("done", "failed")  # the run went on
+    return run_id
+
+
+@pytest.mark.parametrize("interruption", ["raise", "stop", "sighup", "sigkill"])
+def test_every_interruption_of_the_kill_matrix_resumes_to_the_uninterrupted_result(reference, tmp_path, interruption):
+    """A run that failed, was stopped, lost its terminal or its client is taken over by `coevolve run
+    --resume` (with a correction where the failure needs one): the resuming client reports the store's final
+    state (done, exit 0), the final harness and adapter are the uninterrupted run's, and no head is left."""
+    from coevolve.store.store import HarnessStore
+
+    _, expected, _ = reference
+    store = tmp_path / "store"
+    try:
+        run_id = _interrupted(store, interruption)
+        correction = ["weak.resources={}"] if interruption == "raise" else []
+        resumed = coevolve("run", "--resume", run_id, *correction, "--store", str(store), "--json")
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        final = json.loads(resumed.stdout.strip().splitlines()[-1])
+        run = HarnessStore(store, create=False).get_run(run_id)
+        assert final["stage"] == run.status == "done", (final, run.status)
+        assert not heads_left(store), "a head outlived the resumed run"
+    finally:
+        stop_head(store)
+    assert finals(store) == expected
