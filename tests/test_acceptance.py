@@ -219,8 +219,23 @@ def demo_evolution(store, seed, model, start, family_wise):
     return result, [e.payload for e in store.events(run_id, "decision")]
 
 
+def _handbook_search_of_the_demo(monkeypatch):
+    """synthetic/meta's handbook search as it was when the demo showed the case (commit 383306e changed
+    it): queries from the failed requirements and the task only (at most 4), the 4 sections of highest
+    summed relative score read. Its proposals decide which edits reach val, so pinning it keeps the case."""
+    from coevolve.agents.handbook_tools import rank_sections
+    from coevolve.testbed import meta as synthetic_meta
+
+    monkeypatch.setattr(synthetic_meta, "_kinds", lambda reason: [])
+    monkeypatch.setattr(synthetic_meta, "_headings", lambda tail: [])
+    monkeypatch.setattr(synthetic_meta, "distinct_hits", rank_sections)
+    monkeypatch.setattr(synthetic_meta, "MAX_QUERIES", 4)
+    monkeypatch.setattr(synthetic_meta, "MAX_READS", 4)
+
+
 def test_the_demos_no_op_tone_edit_on_website_is_rejected(tmp_path, monkeypatch):
     monkeypatch.setenv("COEVOLVE_STORE", str(tmp_path / "store"))
+    _handbook_search_of_the_demo(monkeypatch)
     store = HarnessStore(tmp_path / "store")
     adapter_dir = tmp_path / "store" / "adapters" / DEMO_ADAPTER_ID
     adapter_dir.mkdir(parents=True)
