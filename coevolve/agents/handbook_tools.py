@@ -82,23 +82,28 @@ def handbook_calls(messages: list[dict[str, Any]]) -> HandbookCalls:
     return out
 
 
-def rank_sections(searches: list[tuple[dict[str, Any], str]], known_text: str) -> list[str]:
-    """Section ids by summed relative score over the searches, skipping sections whose snippet the
-    role already has in `known_text` (e.g. the harness)."""
-    score: dict[str, float] = {}
+def _searched(searches: list[tuple[dict[str, Any], str]], known_text: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Per `search_handbook` result that parses to a non-empty list: its hits, and those whose snippet the
+    role does not already have in `known_text` (e.g. the harness)."""
     flat = " ".join(known_text.split())
+    out = []
     for _, result in searches:
         try:
             hits = json.loads(result)
         except json.JSONDecodeError:
             continue
-        if not isinstance(hits, list):
-            continue
-        top = max((h.get("score", 0.0) for h in hits), default=0.0) or 1.0
-        for h in hits:
-            snippet = (h.get("snippet") or "")[:80]
-            if snippet and snippet in flat:
-                continue
+        if isinstance(hits, list) and hits:
+            out.append((hits, [h for h in hits if not ((snippet := (h.get("snippet") or "")[:80]) and snippet in flat)]))
+    return out
+
+
+def rank_sections(searches: list[tuple[dict[str, Any], str]], known_text: str) -> list[str]:
+    """Section ids by summed relative score over the searches, skipping sections whose snippet the
+    role already has in `known_text` (e.g. the harness)."""
+    score: dict[str, float] = {}
+    for hits, new in _searched(searches, known_text):
+        top = max(h.get("score", 0.0) for h in hits) or 1.0
+        for h in new:
             score[h["id"]] = score.get(h["id"], 0.0) + h.get("score", 0.0) / top
     return [sid for sid, _ in sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))]
 
@@ -108,20 +113,10 @@ def distinct_hits(searches: list[tuple[dict[str, Any], str]], known_text: str) -
     its search's hits, the best over the searches (ties by id), skipping sections whose snippet the
     role already has in `known_text`. Unlike `rank_sections`, a section that one specific search finds
     comes before one that many vague searches find."""
-    flat = " ".join(known_text.split())
     best: dict[str, float] = {}
-    for _, result in searches:
-        try:
-            hits = json.loads(result)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(hits, list) or not hits:
-            continue
+    for hits, new in _searched(searches, known_text):
         mean = sum(h.get("score", 0.0) for h in hits) / len(hits) or 1.0
-        for h in hits:
-            snippet = (h.get("snippet") or "")[:80]
-            if snippet and snippet in flat:
-                continue
+        for h in new:
             best[h["id"]] = max(best.get(h["id"], 0.0), h.get("score", 0.0) / mean)
     return [sid for sid, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))]
 
