@@ -1,6 +1,8 @@
+# ruff: noqa: F811 - pytest fixtures imported from tests.lifecycle_fixtures
 """bench/warmup.py: the real-weights design's warm-up rows (design §4 step 6): reference trajectories of
 payroll, stock and website only, at L0 and L1, train split, each under its family's oracle harness, every
-assistant turn loss-bearing, one schema-valid call per assistant turn."""
+assistant turn loss-bearing, one schema-valid call per assistant turn; and the warm-up itself (train with
+peft on Ray Train, merge) on the tiny model."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from coevolve.tasks.helpers import selection_harnesses
+from tests.lifecycle_fixtures import tiny_model  # noqa: F401 - fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("warmup", ROOT / "bench" / "warmup.py")
@@ -48,3 +51,13 @@ def test_the_rows_are_passing_reference_rollouts_of_the_warmup_families_under_th
 def test_a_family_the_rule_runs_on_after_the_warmup_is_refused():
     with pytest.raises(ValueError, match="never trains on budget"):
         warmup.warmup_rows(families=("payroll", "budget"), n=1)
+
+
+@pytest.mark.slow
+def test_the_warmup_trains_its_adapter_and_merges_it_into_a_model_folder(tiny_model, tmp_path):
+    out = warmup.warm_up(tiny_model, tmp_path / "warm", tmp_path / "store", n=1)
+    assert out["rows"] == 6 and out["adapter"].startswith("warmup-")
+    merged = json.loads((tmp_path / "warm" / "coevolve_merged.json").read_text())
+    assert Path(merged["adapter"]).name == out["adapter"] and (tmp_path / "warm" / "config.json").is_file()
+    # a rerun finds the adapter trained and only merges again
+    assert warmup.warm_up(tiny_model, tmp_path / "warm", tmp_path / "store", n=1)["adapter"] == out["adapter"]
