@@ -11,6 +11,7 @@ from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.testbed import meta as synthetic_meta
 from coevolve.values import AddRecipe
+from tests.rollouts import proposer_complete
 
 
 @pytest.fixture(autouse=True)
@@ -35,9 +36,7 @@ def _failure(i: int, instruction: str, requirements: list[tuple[str, str]], tail
 def _recipes(family_name: str, failures: list[dict]) -> set[str]:
     """The handbook sections whose text reached the proposer's first proposal as a recipe."""
     family = get_family(family_name)
-    gateway = Gateway()
-    proposer = LLMProposer("synthetic/meta", lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
-                           family.handbook, windows=gateway.budget)
+    proposer = LLMProposer("synthetic/meta", proposer_complete, family.handbook, windows=Gateway.budget)
     h = family.baseline_harness()
     evidence = {"family": family_name, "harness_id": h.id[:12], "harness": h.describe(), "failures": failures,
                 "failures_total": len(failures), "history": []}

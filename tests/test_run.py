@@ -189,8 +189,9 @@ def _first_cell(store: Path, timeout: float = 600) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (store / "ray-head.json").exists():
-            runs = HarnessStore(store, create=False).list_runs("coevolve")
-            if runs and HarnessStore(store, create=False).events(runs[0].run_id, "cell"):
+            st = HarnessStore(store, create=False)
+            runs = st.list_runs("coevolve")
+            if runs and st.events(runs[0].run_id, "cell"):
                 return runs[0].run_id
         time.sleep(1)
     raise AssertionError("the run journalled no cell")
