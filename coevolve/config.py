@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from coevolve.errors import BadInput
+
 if TYPE_CHECKING:
     from coevolve.agents.correction import BuildConfig
     from coevolve.agents.meta.coevolve import CycleSettings
@@ -57,11 +59,11 @@ def regular_file(path: str | Path, what: str, most: int | None = None) -> int:
     try:
         info = Path(path).stat()
     except OSError as e:
-        raise ValueError(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
+        raise BadInput(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
     if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"cannot read {what} {str(path)!r}: not a regular file")
+        raise BadInput(f"cannot read {what} {str(path)!r}: not a regular file")
     if most is not None and info.st_size > most:
-        raise ValueError(f"{what} {str(path)!r} is {info.st_size:,} bytes, over the {most:,} it may be")
+        raise BadInput(f"{what} {str(path)!r} is {info.st_size:,} bytes, over the {most:,} it may be")
     return info.st_size
 
 
@@ -72,7 +74,7 @@ SEED_MAX = 2**63 - 1 - 2**20  # room for derived seeds (seed + repeat, seed + it
 def check_seed(seed: Any) -> int:
     """Seeds travel as 64-bit integers (msgpack, the store): refuse one that does not fit, before anything runs."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX:
-        raise ValueError(f"--seed must be an integer in {SEED_MIN}..{SEED_MAX} (64 bits), got {seed!r}")
+        raise BadInput(f"--seed must be an integer in {SEED_MIN}..{SEED_MAX} (64 bits), got {seed!r}")
     return seed
 
 
@@ -86,18 +88,18 @@ def check_train_bounds(cfg: Any) -> None:
     for name, most in TRAIN_BOUNDS.items():
         value = getattr(cfg, name)
         if value > most:
-            raise ValueError(f"train config: {name} must be at most {most:,}, got {value:,}")
+            raise BadInput(f"train config: {name} must be at most {most:,}, got {value:,}")
     try:
         check_seed(cfg.seed)
     except ValueError:
-        raise ValueError(f"train config: seed must be an integer in 64 bits, got {cfg.seed}") from None
+        raise BadInput(f"train config: seed must be an integer in 64 bits, got {cfg.seed}") from None
 
 
 def _finite(v: float) -> float:
     import math
 
     if not math.isfinite(v):
-        raise ValueError("must be finite")
+        raise BadInput("must be finite")
     return v
 
 
@@ -111,7 +113,7 @@ def known_families(v: list[str]) -> list[str]:
     known = family_names() + external_family_names()
     bad = [f for f in v if f not in known]
     if bad or not v:
-        raise ValueError(f"unknown families {bad} (families: {', '.join(known)})")
+        raise BadInput(f"unknown families {bad} (families: {', '.join(known)})")
     return v
 
 
@@ -135,9 +137,9 @@ class RoleSpec(BaseModel):
     def _amounts(cls, v: dict[str, float]) -> dict[str, float]:
         for name, amount in v.items():
             if name in ("CPU", "GPU", "memory", "object_store_memory"):  # Ray refuses these as custom resources
-                raise ValueError(f"resource {name!r} is one of Ray's own: set num_cpus or num_gpus instead")
+                raise BadInput(f"resource {name!r} is one of Ray's own: set num_cpus or num_gpus instead")
             if not 0 <= _finite(amount) <= MAX_RESOURCE:
-                raise ValueError(f"resource {name!r} must be in 0..{MAX_RESOURCE}")
+                raise BadInput(f"resource {name!r} must be in 0..{MAX_RESOURCE}")
         return v
 
 
@@ -183,7 +185,7 @@ class EvolveSection(BaseModel):
             val_n = search_val_n(self.val_n, get_family(name).split_sizes["val"])
             need = val_n * self.val_seeds + 2 * min_pairs(alpha)
             if self.rollouts < need:
-                raise ValueError(f"evolve.rollouts {self.rollouts} is too small for one release-guard decision in "
+                raise BadInput(f"evolve.rollouts {self.rollouts} is too small for one release-guard decision in "
                                  f"{name}: its {val_n} x {self.val_seeds} val pairs and {min_pairs(alpha)} guard pairs "
                                  f"(2 rollouts each) need {need}")
 
@@ -246,7 +248,7 @@ class TrainConfig(BaseModel):
     @classmethod
     def _non_empty(cls, v: list[str]) -> list[str]:
         if not v:
-            raise ValueError("target_modules must name at least one module")
+            raise BadInput("target_modules must name at least one module")
         return v
 
     def steps_per_epoch(self, n_rows: int) -> int:
@@ -359,7 +361,7 @@ def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str
         path = PROFILES_DIR / f"{ref}.yaml"
     if not path.exists():
         known = ", ".join(p.stem for p in sorted(PROFILES_DIR.glob("*.yaml")))
-        raise ValueError(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)")
+        raise BadInput(f"no profile {str(ref)!r} (profiles: {known}; or a YAML path)")
     return load_config_file(RunProfile, path, overrides, "profile")
 
 
@@ -414,12 +416,12 @@ def read_config_file(path: str | Path, what: str) -> Any:
     try:
         return load_yaml(path.read_bytes().decode("utf-8")) or {}
     except OSError as e:
-        raise ValueError(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
+        raise BadInput(f"cannot read {what} {str(path)!r}: {e.strerror or type(e).__name__}") from None
     except UnicodeDecodeError:
-        raise ValueError(f"cannot read {what} {str(path)!r}: not text (not UTF-8)") from None
+        raise BadInput(f"cannot read {what} {str(path)!r}: not text (not UTF-8)") from None
     except (yaml.YAMLError, RecursionError) as e:
         why = " ".join(str(e).split())[:200] if isinstance(e, yaml.YAMLError) else "nested too deeply"
-        raise ValueError(f"cannot read {what} {str(path)!r}: not valid YAML ({why})") from None
+        raise BadInput(f"cannot read {what} {str(path)!r}: not valid YAML ({why})") from None
 
 
 def load_config_file(model: type[M], path: str | Path, overrides: list[str] | tuple[str, ...], what: str) -> M:
@@ -432,7 +434,7 @@ def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...],
     """`data` read from the YAML file `path`, with `key=value` overrides applied, as a `model`: every
     problem is one ValueError line naming `what` and the first field at fault."""
     if not isinstance(data, dict):
-        raise ValueError(f"{what} {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")  # noqa: TRY004
+        raise BadInput(f"{what} {str(path)!r} must be a YAML mapping, not a {type(data).__name__}")
     apply_overrides(data, overrides)
     try:
         value = model.model_validate(data)
@@ -440,9 +442,9 @@ def validated(model: type[M], data: Any, overrides: list[str] | tuple[str, ...],
         first = e.errors()[0]
         where = "".join(f"{part}: " for part in [".".join(map(str, first["loc"]))] if part)
         msg = first["msg"].removeprefix("Value error, ")
-        raise ValueError(f"{what}: {where}{_unknown_field(model, first) or msg}") from None
+        raise BadInput(f"{what}: {where}{_unknown_field(model, first) or msg}") from None
     except (TypeError, RecursionError) as e:  # a key pydantic cannot look at (a list as a mapping key)
-        raise ValueError(f"{what}: cannot be read ({type(e).__name__})") from None
+        raise BadInput(f"{what}: cannot be read ({type(e).__name__})") from None
     check_json(value.model_dump(), what)
     return value
 
@@ -467,11 +469,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, sep, value = item.partition("=")
     parts = key.strip().split(".")
     if not sep or not key.strip() or any(not part.strip() for part in parts):
-        raise ValueError(f"override {item!r} is not key=value")
+        raise BadInput(f"override {item!r} is not key=value")
     try:
         return [part.strip() for part in parts], load_yaml(value)
     except (yaml.YAMLError, RecursionError):
-        raise ValueError(f"override {item!r}: the value is not valid YAML") from None
+        raise BadInput(f"override {item!r}: the value is not valid YAML") from None
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -483,7 +485,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
         for p in parents:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
-                raise ValueError(f"override {item!r}: {p} is not a mapping")  # noqa: TRY004
+                raise BadInput(f"override {item!r}: {p} is not a mapping")
         node[leaf] = value
     return data
 
@@ -496,4 +498,4 @@ def check_json(value: Any, what: str) -> None:
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as e:
-        raise ValueError(f"{what}: holds a value JSON cannot carry ({' '.join(str(e).split())[:120]})") from None
+        raise BadInput(f"{what}: holds a value JSON cannot carry ({' '.join(str(e).split())[:120]})") from None

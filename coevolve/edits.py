@@ -55,6 +55,7 @@ from pydantic import (
     model_validator,
 )
 
+from coevolve.errors import BadInput
 from coevolve.values import (
     CONTEXT_STRATEGIES,
     HOOK_EVENTS,
@@ -107,7 +108,7 @@ MAX_JSON_DEPTH = 32  # nesting of a tool schema or hook params (real schemas nee
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what msgpack (the store's codec) encodes as a signed integer
 
 
-class EditError(ValueError):
+class EditError(BadInput):
     """An edit that cannot apply; the message (one line) says which operation and why."""
 
 

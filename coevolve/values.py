@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from coevolve.codec import OMIT_DEFAULT, content_id, register
+from coevolve.errors import BadInput
 
 HookEvent = Literal["before_call", "after_call", "on_turn", "on_finish"]
 HOOK_EVENTS: tuple[str, ...] = ("before_call", "after_call", "on_turn", "on_finish")
@@ -247,7 +248,7 @@ def check_adapter_id(adapter_id: str) -> str:
     """An adapter id is a name, never a path (the store keeps adapter `X` in `adapters/X`): letters, digits,
     '.', '_' and '-', at most 128 of them, no leading '.' and no '..'. Returns it; ValueError otherwise."""
     if not isinstance(adapter_id, str) or not ADAPTER_ID.fullmatch(adapter_id) or ".." in adapter_id:
-        raise ValueError(f"adapter id {adapter_id!r} must be letters, digits, '.', '_' or '-' "
+        raise BadInput(f"adapter id {adapter_id!r} must be letters, digits, '.', '_' or '-' "
                          "(at most 128; no '/', no '..', not starting with '.')")
     return adapter_id
 
@@ -265,7 +266,7 @@ class ModelRef:
         route, _, adapter = text.partition("@")
         provider, sep, model = route.partition("/")
         if not sep or not provider or not model or (_ and not adapter):
-            raise ValueError(f"model ref {text!r} is not of the form provider/model[@adapter]")
+            raise BadInput(f"model ref {text!r} is not of the form provider/model[@adapter]")
         if adapter:
             check_adapter_id(adapter)
         return cls(provider, model, adapter or None)

@@ -33,6 +33,7 @@ from coevolve.agents.backend import Backend, Job
 from coevolve.agents.context import apply_policy
 from coevolve.agents.executor import openai_tool
 from coevolve.agents.expert import corrected_message, prefix_messages
+from coevolve.errors import BadInput
 from coevolve.tasks import get_family
 from coevolve.values import FailureLocus, Harness, TaskInstance, TrainingRow, Trajectory
 
@@ -56,12 +57,12 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         if self.arm not in ARMS:
-            raise ValueError(f"unknown arm {self.arm!r} (arms: {', '.join(ARMS)})")
+            raise BadInput(f"unknown arm {self.arm!r} (arms: {', '.join(ARMS)})")
         for name in ("rows", "k", "samples", "concurrency"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                raise BadInput(f"{name} must be >= 1")
         if not 0 <= self.self_pass_share <= 1:
-            raise ValueError("self_pass_share must be in [0, 1]")
+            raise BadInput("self_pass_share must be in [0, 1]")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

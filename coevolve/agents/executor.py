@@ -60,6 +60,7 @@ import structlog
 
 from coevolve.agents import hooks as hk
 from coevolve.agents.context import apply_policy
+from coevolve.errors import BadInput
 from coevolve.llm.contract import (
     Completion,
     ContextWindowExceeded,
@@ -152,9 +153,9 @@ def resolve_tool_threads(explicit: int | None = None) -> int:
         try:
             explicit = int(raw) if raw else DEFAULT_TOOL_THREADS
         except ValueError:
-            raise ValueError(f"${TOOL_THREADS_ENV} must be a whole number of threads, got {raw!r}") from None
+            raise BadInput(f"${TOOL_THREADS_ENV} must be a whole number of threads, got {raw!r}") from None
     if explicit < 0:
-        raise ValueError(f"tool_threads must be >= 0, got {explicit}")
+        raise BadInput(f"tool_threads must be >= 0, got {explicit}")
     return explicit
 
 

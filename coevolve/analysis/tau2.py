@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from coevolve.analysis.stats import cap_note, pass_rate
+from coevolve.errors import BadInput
 from coevolve.tasks.tau2.checker import is_successful
 from coevolve.values import Trajectory
 
@@ -71,7 +72,7 @@ def tau2_report(
     from coevolve.tasks.tau2 import data
 
     if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+        raise BadInput(f"repeats must be >= 1, got {repeats}")
     version = data.data_version(domain)
     if split_size is None:
         split_size = len(data.splits(domain).get(split, ()))

@@ -18,6 +18,7 @@ from coevolve.cli.options import (
     echo_json,
     open_store,
 )
+from coevolve.errors import BadInput
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
 judge_app = typer.Typer(no_args_is_help=True, help="The judge role.")
@@ -302,7 +303,7 @@ def judge_accuracy_cmd(
     check_workers(workers, address)  # an address is probed here: seconds, not a minute of Ray's retries
     try:
         families = judge_families(family)
-    except ValueError as e:
+    except BadInput as e:
         raise UsageError(str(e)) from None
     for f in families:
         get_family(f).generate(split, n)  # validates split and n

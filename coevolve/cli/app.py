@@ -29,6 +29,7 @@ from coevolve.cli.options import (
     open_store,
     say_error,
 )
+from coevolve.errors import BadInput
 
 app = typer.Typer(
     cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True, help="Co-evolve an agent harness and its weights."
@@ -241,7 +242,7 @@ def evolve_cmd(
 
         try:
             validate_search(config, fam.split_sizes["val"])
-        except ValueError as e:
+        except BadInput as e:
             raise UsageError(str(e)) from None
     from coevolve.cli.display import EvolveProgress
     from coevolve.jobs import stop_on_signals

@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from coevolve.errors import BadInput
+
 console = Console()
 err = Console(stderr=True)
 
@@ -78,7 +80,7 @@ def serve(
         from coevolve.config import read_config_file
 
         read_config_file(config, "serve config")  # a huge or aliased file: refused before PyYAML spends minutes on it
-    except ValueError as e:
+    except BadInput as e:
         _fail(str(e))
     try:
         cfg = load_serve_config(config, overrides or [])
@@ -92,7 +94,7 @@ def serve(
         from coevolve.store.store import HarnessStore
 
         HarnessStore(store).close()
-    except ValueError as e:
+    except BadInput as e:
         _fail(str(e))
     old = read_state(store)
     if old and _pid_alive(old.get("pid")) and old.get("ray_address") is None:
@@ -249,7 +251,7 @@ def train(
     if config is not None:
         try:
             data = read_config_file(config, "train config")
-        except ValueError as e:
+        except BadInput as e:
             _fail(str(e))
         if not isinstance(data, dict):
             _fail(f"train config {str(config)!r} must be a mapping of TrainConfig fields, not {type(data).__name__}")
@@ -265,7 +267,7 @@ def train(
 
     try:
         check_seed(seed)
-    except ValueError as e:
+    except BadInput as e:
         _fail(str(e))
     data.setdefault("seed", seed)
     try:
@@ -288,7 +290,7 @@ def train(
         from coevolve.store.store import HarnessStore
 
         st = HarnessStore(store)
-    except ValueError as e:
+    except BadInput as e:
         _fail(str(e))
     if adapter_dir(st, out).exists():
         _fail(f"adapter {out!r} already exists in the store")
@@ -374,7 +376,7 @@ def list_adapters(
     store = store or _default_store()
     try:
         refs = HarnessStore(store, create=False).list_adapters()
-    except ValueError as e:
+    except BadInput as e:
         _fail(str(e))
     if as_json:
         print(
@@ -430,7 +432,7 @@ def register_adapter(
     store = store or _default_store()
     try:
         st = HarnessStore(store)
-    except ValueError as e:
+    except BadInput as e:
         _fail(str(e))
     dest = adapter_dir(st, adapter_id)
     if dest.exists():

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from coevolve.errors import BadInput, CoevolveError
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
@@ -76,25 +78,21 @@ MAX_CANDIDATES = 64  # edits proposed per iteration (each is evaluated against t
 MAX_SCREEN = 64  # evolve --screen: train failures each candidate runs before val
 
 
-class UsageError(ValueError):
+class UsageError(BadInput):
     """Bad input: reported as one line, exit status 2."""
 
 
 def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An expected error (`CoevolveError`) as one `error:` line and its exit status; anything else is a
+    bug and propagates with its traceback."""
+
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from coevolve.edits import EditError
-        from coevolve.llm.contract import ProposerUnreachable
-        from coevolve.store.store import StoreError
-
         try:
             return fn(*args, **kwargs)
-        except (UsageError, StoreError, EditError, ValueError) as e:
+        except CoevolveError as e:
             say_error(f"error: {e}", bool(kwargs.get("log_json")), event="error", level="error", error=str(e))
-            raise typer.Exit(2) from None
-        except ProposerUnreachable as e:  # the run could not do its work: it failed, the input was fine
-            say_error(f"error: {e}", bool(kwargs.get("log_json")), event="error", level="error", error=str(e))
-            raise typer.Exit(1) from None
+            raise typer.Exit(e.exit_code) from None
 
     return wrapper
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import structlog
 
+from coevolve.errors import BadInput
+
 log = structlog.get_logger(role="cluster")
 
 LOOPBACK = "127.0.0.1"
@@ -89,7 +91,7 @@ REACH_TIMEOUT_S = 3.0  # how long an attach may take to open a TCP connection be
 RAY_CLIENT_PORT, GCS_PORT = 10001, 6379  # Ray's defaults when an address names no port
 
 
-class RayUnreachableError(ValueError):
+class RayUnreachableError(BadInput):
     """The address names no listener that answers within `REACH_TIMEOUT_S` (one line for the CLI)."""
 
 
@@ -124,7 +126,7 @@ def check_reachable(address: str | None, timeout_s: float = REACH_TIMEOUT_S) -> 
         raise RayUnreachableError(f"cannot reach Ray at {address}: {why} (is the cluster up, and the address right?)") from None
 
 
-class RayAuthError(ValueError):
+class RayAuthError(BadInput):
     """Token authentication is on but this process has no token for the cluster (one line for the CLI)."""
 
 

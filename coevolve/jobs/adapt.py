@@ -16,6 +16,7 @@ import structlog
 from coevolve.agents.correction import ARMS, BuildConfig, DatasetBuilder
 from coevolve.analysis.stats import paired_difference, pass_rate
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
+from coevolve.errors import BadInput
 from coevolve.jobs.runtime import use_store
 from coevolve.jobs.validate import resumed_run, validate_model
 
@@ -39,7 +40,7 @@ def _harness(store_path: Path, ref: str, family: str):
     if ref == "baseline":
         return get_family(family).baseline_harness()
     if not store_path.exists():
-        raise ValueError(f"unknown harness {ref!r}: the store {store_path} does not exist yet")
+        raise BadInput(f"unknown harness {ref!r}: the store {store_path} does not exist yet")
     return HarnessStore(store_path, create=False).resolve_harness(ref, family)
 
 
@@ -53,9 +54,9 @@ def validate_build(req: BuildRequest, store_path: Path) -> Any:
     for m in (cfg.model, cfg.expert, cfg.judge):
         validate_model(m)
     if req.workers < 1:
-        raise ValueError(f"--workers must be positive, got {req.workers}")
+        raise BadInput(f"--workers must be positive, got {req.workers}")
     if req.in_flight is not None and req.in_flight < 1:
-        raise ValueError(f"--in-flight must be positive, got {req.in_flight}")
+        raise BadInput(f"--in-flight must be positive, got {req.in_flight}")
     if req.address is not None:
         from coevolve.cluster.runtime import check_reachable, check_token
 
@@ -120,7 +121,7 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
             from coevolve.agents.fit import build_cut_note
 
             note = build_cut_note(stats)  # what the roles' prompts lost to their context windows
-            raise ValueError(f"the {cfg.arm} arm produced no rows ({why})" + (f"; {note}" if note else ""))
+            raise BadInput(f"the {cfg.arm} arm produced no rows ({why})" + (f"; {note}" if note else ""))
         expert_tokens = (
             sum(t.tokens for t in expert_runs) if cfg.arm == "imitation"
             else int(stats["usage"].get("expert", {}).get("tokens", 0))
@@ -204,7 +205,7 @@ def judge_families(family: str) -> list[str]:
 
     names = family_names() if family.strip() == "all" else [f.strip() for f in family.split(",") if f.strip()]
     if not names:
-        raise ValueError("--family names no family")
+        raise BadInput("--family names no family")
     for f in names:
         get_family(f)
     return list(dict.fromkeys(names))
@@ -276,7 +277,7 @@ def judge_accuracy(store_path: Path, families: str | list[str], judge: str, *, m
             per_family[f] = {"counterfactual_errors": lost}
         everything = [t for f in names for t in keyed[f]]
         if not everything:
-            raise ValueError(
+            raise BadInput(
                 f"no failed {model} rollout with a decisive turn on {', '.join(names)} {split}:"
                 " nothing to score"
             )
@@ -318,7 +319,7 @@ def judge_accuracy(store_path: Path, families: str | list[str], judge: str, *, m
 
 def build_config(**kw: Any) -> BuildConfig:
     if kw.get("arm") not in ARMS:
-        raise ValueError(f"--arm must be one of {', '.join(ARMS)}, got {kw.get('arm')!r}")
+        raise BadInput(f"--arm must be one of {', '.join(ARMS)}, got {kw.get('arm')!r}")
     return BuildConfig(**kw)
 
 

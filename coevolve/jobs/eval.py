@@ -19,6 +19,7 @@ import structlog
 from coevolve.analysis.stats import PassRate, cap_note, infra_note, pass_rate
 from coevolve.analysis.summary import TESTBED_NOTICE, failure_causes, summarise
 from coevolve.config import SEED_MAX, check_seed
+from coevolve.errors import BadInput
 from coevolve.jobs.runtime import rollout_pool, use_store
 from coevolve.jobs.signals import interruption, mark_interruption
 from coevolve.jobs.validate import check_workers, validate_model
@@ -112,21 +113,21 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     from coevolve.tasks import family_names, get_family
 
     if req.n <= 0:
-        raise ValueError(f"--n must be positive, got {req.n}")
+        raise BadInput(f"--n must be positive, got {req.n}")
     if req.start < 0:
-        raise ValueError(f"the first instance must be >= 0, got {req.start}")
+        raise BadInput(f"the first instance must be >= 0, got {req.start}")
     if req.repeats <= 0:
-        raise ValueError(f"--repeats must be positive, got {req.repeats}")
+        raise BadInput(f"--repeats must be positive, got {req.repeats}")
     if req.max_in_flight is not None and req.max_in_flight <= 0:
-        raise ValueError(f"--max-in-flight must be positive, got {req.max_in_flight}")
+        raise BadInput(f"--max-in-flight must be positive, got {req.max_in_flight}")
     check_workers(req.workers, req.address)
     check_seed(req.seed)
     if req.seed + req.repeats - 1 > SEED_MAX + 2**20:
-        raise ValueError(f"--seed {req.seed} with --repeats {req.repeats} runs past 64 bits")
+        raise BadInput(f"--seed {req.seed} with --repeats {req.repeats} runs past 64 bits")
     families = tuple(family_names()) if req.family == "all" else (req.family,)
     fams = {f: get_family(f) for f in families}  # unknown family -> ValueError
     if not req.models:
-        raise ValueError("--model names no model")
+        raise BadInput("--model names no model")
     use_store(store_path)
     for m in req.models:
         validate_model(m)
@@ -142,11 +143,11 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
             harnesses[name], baseline[name] = fam.baseline_harness(), True
         else:
             if store is None:
-                raise ValueError(f"unknown harness {req.harness!r}: the store {store_path} does not exist yet")
+                raise BadInput(f"unknown harness {req.harness!r}: the store {store_path} does not exist yet")
             harnesses[name], baseline[name] = store.resolve_harness(req.harness, name), False
         size = fam.split_sizes.get(req.split, 0)
         if req.start and req.start + req.n > size:
-            raise ValueError(f"instances {req.start}..{req.start + req.n - 1} run past {name}'s {req.split} split ({size})")
+            raise BadInput(f"instances {req.start}..{req.start + req.n - 1} run past {name}'s {req.split} split ({size})")
         instances[name] = fam.generate(req.split, req.start + req.n, seed=req.seed, **params)[req.start :]
     return EvalPlan(req, store_path, families, harnesses, baseline, instances)
 

@@ -40,6 +40,7 @@ from coevolve.config import (
     TrainSection,
     load_config_file,
 )
+from coevolve.errors import BadInput
 
 log = structlog.get_logger(role="experiment")
 HARNESSES = ("baseline", "evolved")
@@ -270,7 +271,7 @@ def run_experiment(cfg: ExperimentConfig, store_path: Path, *, resume: str | Non
     if resume:
         run = store.get_run(resume)
         if run.kind != "experiment":
-            raise ValueError(f"run {resume!r} is a {run.kind} run, not an experiment")
+            raise BadInput(f"run {resume!r} is a {run.kind} run, not an experiment")
         cfg = ExperimentConfig.model_validate(run.config)
         run_id = resume
     else:

@@ -20,6 +20,7 @@ from typing import Any
 
 from coevolve.analysis.rollouts import FINGERPRINT, composition, drift, fingerprint, hard_failures
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
+from coevolve.errors import BadInput
 from coevolve.values import FAILURE_CATEGORIES
 
 ARMS = (("weak", "base"), ("weak", "imitation"), ("weak", "correction"), ("expert", "base"))
@@ -52,7 +53,7 @@ def gather(store: Any, run_id: str, judge_model: str | None = None) -> dict[str,
     """Everything the report shows, from the experiment run's cells and trajectories."""
     run = store.get_run(run_id)
     if run.kind != "experiment":
-        raise ValueError(f"run {run_id!r} is a {run.kind} run; reports are made for experiment runs")
+        raise BadInput(f"run {run_id!r} is a {run.kind} run; reports are made for experiment runs")
     cfg = run.config
     cells = {e.payload["cell"]: e.payload for e in store.events(run_id, "cell")}
     judge_model = judge_model or cfg.get("judge", "synthetic/judge")

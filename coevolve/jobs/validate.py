@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from coevolve.errors import BadInput
 from coevolve.settings import environment
 from coevolve.values import ModelRef
 
@@ -16,7 +17,7 @@ def check_workers(workers: int, address: str | None) -> None:
     """An embedded Ray has this machine's CPUs: refuse more rollout actors than it can place, before
     anything runs. (On an attached cluster, which may scale up, the pool's readiness timeout decides.)"""
     if workers <= 0:
-        raise ValueError(f"--workers must be positive, got {workers}")
+        raise BadInput(f"--workers must be positive, got {workers}")
     if address is not None:
         from coevolve.cluster.runtime import check_reachable, check_token
 
@@ -34,7 +35,7 @@ def check_workers(workers: int, address: str | None) -> None:
     need = workers * WORKER_CPUS
     if need > cpus:
         fit = int(cpus // WORKER_CPUS)
-        raise ValueError(
+        raise BadInput(
             f"--workers {workers} asks for {need:g} CPUs ({WORKER_CPUS:g} each) but the embedded Ray has {cpus:g}: "
             f"use --workers {fit} or fewer, or attach to a larger cluster with --address"
         )
@@ -46,13 +47,13 @@ def validate_model(model: str) -> None:
         from coevolve.testbed.policy import PROFILES
 
         if ref.model not in PROFILES:
-            raise ValueError(f"unknown synthetic model {ref.model!r} (models: {', '.join(PROFILES)})")
+            raise BadInput(f"unknown synthetic model {ref.model!r} (models: {', '.join(PROFILES)})")
         if ref.adapter:
             # where coevolve.testbed.provider reads it; looked at first, as importing that module imports
             # litellm (10+ CPU seconds) just to say the adapter is not there
             path = Path(environment().store) / "adapters" / ref.adapter / "synthetic_adapter.json"
             if not path.is_file():
-                raise ValueError(f"synthetic adapter {ref.adapter!r} not found at {path}")
+                raise BadInput(f"synthetic adapter {ref.adapter!r} not found at {path}")
             from coevolve.testbed.provider import load_synthetic_adapter
 
             load_synthetic_adapter(ref.adapter)
@@ -61,7 +62,7 @@ def validate_model(model: str) -> None:
         _validate_served(ref)
         return
     if ref.provider not in litellm_providers():
-        raise ValueError(f"unknown model provider {ref.provider!r} in {model!r}")
+        raise BadInput(f"unknown model provider {ref.provider!r} in {model!r}")
 
 
 @functools.cache
@@ -103,19 +104,19 @@ def _validate_served(ref: ModelRef) -> None:
     try:
         url = serve_url()
     except ServingError as e:
-        raise ValueError(f"model {ref}: {e}") from None
+        raise BadInput(f"model {ref}: {e}") from None
     listed = probe(url, timeout=5.0)
     where = f"${SERVE_URL_ENV}" if environment().serve_url else str(state_path())
     if listed is None:
-        raise ValueError(f"model {ref}: no vLLM server answers at {url} (from {where}); start one: coevolve serve --config ...")
+        raise BadInput(f"model {ref}: no vLLM server answers at {url} (from {where}); start one: coevolve serve --config ...")
     served = sorted(m for m in listed if ":" not in m)  # base models; adapters are listed as model:adapter
     if ref.model not in listed:
-        raise ValueError(f"model {ref}: {ref.model!r} is not served at {url} (served: {', '.join(served) or 'none'})")
+        raise BadInput(f"model {ref}: {ref.model!r} is not served at {url} (served: {', '.join(served) or 'none'})")
     if ref.adapter and served_model_name(ref) not in listed:
         state = read_state() or {}
         adapters = Path(state.get("adapters_dir") or Path(environment().store) / "adapters")
         if not (adapters / ref.adapter).is_dir():
-            raise ValueError(f"model {ref}: no adapter {ref.adapter!r} in {adapters} (register it: coevolve models register ...)")
+            raise BadInput(f"model {ref}: no adapter {ref.adapter!r} in {adapters} (register it: coevolve models register ...)")
 
 
 def parse_params(text: str) -> tuple[tuple[str, Any], ...]:
@@ -128,13 +129,13 @@ def parse_params(text: str) -> tuple[tuple[str, Any], ...]:
         key, eq, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not eq or not key:
-            raise ValueError(f"--params item {item!r} is not key=value (e.g. --params size=0,difficulty=1)")
+            raise BadInput(f"--params item {item!r} is not key=value (e.g. --params size=0,difficulty=1)")
         if key in out:
-            raise ValueError(f"--params names {key!r} twice")
+            raise BadInput(f"--params names {key!r} twice")
         try:
             out[key] = int(value)
         except ValueError:
-            raise ValueError(f"--params {key}={value!r}: not an integer") from None
+            raise BadInput(f"--params {key}={value!r}: not an integer") from None
     return tuple(sorted(out.items()))
 
 
@@ -144,5 +145,5 @@ def resumed_run(store: Any, run_id: str, kind: str, what: str) -> Any:
     error line, e.g. "an evolve run")."""
     run = store.get_run(run_id)
     if run.kind != kind:
-        raise ValueError(f"run {run_id!r} is a {run.kind} run, not {what}")
+        raise BadInput(f"run {run_id!r} is a {run.kind} run, not {what}")
     return run

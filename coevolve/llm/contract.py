@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from coevolve.errors import BadInput, CoevolveError
 from coevolve.values import DecodingPolicy
 
 
@@ -43,12 +44,15 @@ class ModelUnavailable(RuntimeError):
     pass
 
 
-class ProposerUnreachable(RuntimeError):
+class ProposerUnreachable(CoevolveError, RuntimeError):
     """A harness search's proposer failed step after step (after the gateway's retries): the search cannot
-    do its work, so the run fails with this reason instead of spending its budget on nothing."""
+    do its work, so the run fails with this reason instead of spending its budget on nothing (exit 1:
+    the input was fine)."""
+
+    exit_code = 1
 
 
-class DecodingUnsupported(ValueError):
+class DecodingUnsupported(BadInput):
     """The model (its provider) cannot honour the harness's decoding policy, e.g. constrained tool calls
     from a provider without structured output. Not retried and not an infra trajectory: every call
     would fail the same way."""

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coevolve.errors import BadInput
 from coevolve.settings import environment, variable
 
 KINDS = ("latency", "timeout", "429", "5xx", "malformed", "truncated", "reset")
@@ -45,7 +46,7 @@ FAULT_LOG_ENV = variable("fault_log")
 ATTEMPT_HEADER = "X-Coevolve-Attempt"
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(BadInput):
     """A fault specification that does not parse: one line naming the bad item."""
 
 

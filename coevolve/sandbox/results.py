@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
+from coevolve.errors import BadInput
 from coevolve.text import bounded
 
 MAX_STOPPED_CHARS = 2_000  # `SandboxResult.stopped` is cut to this (head and tail kept, with a marker)
@@ -92,5 +93,5 @@ class SandboxResult:
         return bounded("\n".join(lines), max_chars)
 
 
-class SandboxError(ValueError):
+class SandboxError(BadInput):
     """Bad input to the sandbox itself (e.g. a path escaping the tree), or no sandbox can be started."""

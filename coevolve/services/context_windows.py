@@ -34,6 +34,7 @@ from typing import Any
 import structlog
 
 from coevolve.agents.fit import DEFAULT_WINDOW, Budget, reply_tokens, synthetic_count
+from coevolve.errors import BadInput
 from coevolve.settings import environment, variable
 from coevolve.values import ModelRef
 
@@ -53,7 +54,7 @@ def _pairs(env: str) -> dict[str, str]:
     for item in filter(None, (x.strip() for x in text.split(","))):
         key, sep, value = item.rpartition("=")
         if not sep or not key.strip() or not value.strip():
-            raise ValueError(f"{env}: {item!r} is not model=value")
+            raise BadInput(f"{env}: {item!r} is not model=value")
         out[key.strip()] = value.strip()
     return out
 
@@ -66,9 +67,9 @@ def explicit_window(model: str) -> int | None:
     try:
         n = int(raw)
     except ValueError:
-        raise ValueError(f"{WINDOWS_ENV}: {raw!r} is not a whole number of tokens") from None
+        raise BadInput(f"{WINDOWS_ENV}: {raw!r} is not a whole number of tokens") from None
     if not 256 <= n <= 100_000_000:
-        raise ValueError(f"{WINDOWS_ENV}: {n} tokens is outside 256..100000000")
+        raise BadInput(f"{WINDOWS_ENV}: {n} tokens is outside 256..100000000")
     return n
 
 

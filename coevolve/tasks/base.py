@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NamedTuple
 
 import yaml
 
+from coevolve.errors import BadInput
 from coevolve.tasks.handbook import Handbook
 from coevolve.tasks.tools import Param, tool_spec
 from coevolve.text import bounded
@@ -412,7 +413,7 @@ RULES_FILE = "facts.yaml"  # beside a family's module: its domain facts and inst
 _NEGATIONS = ("not", "never", "don't", "doesn't", "won't", "shouldn't", "isn't", "aren't", "can't", "cannot")
 
 
-class RulesFileError(ValueError):
+class RulesFileError(BadInput):
     """A family's rules file is malformed; the message names the file and the place."""
 
 
@@ -691,14 +692,14 @@ class TaskFamily(ABC):
     def generate(self, split: str, n: int | None = None, seed: int = 0, **params: Any) -> list[TaskInstance]:
         """`n` instances of the fixed split; seed 0 takes them in order, other seeds sample."""
         if split not in self.split_sizes:
-            raise ValueError(f"unknown split {split!r} (splits: {sorted(self.split_sizes)})")
+            raise BadInput(f"unknown split {split!r} (splits: {sorted(self.split_sizes)})")
         size = self.split_sizes[split]
         n = size if n is None else n
         if not 0 < n <= size:
-            raise ValueError(f"n must be in 1..{size} for split {split!r}, got {n}")
+            raise BadInput(f"n must be in 1..{size} for split {split!r}, got {n}")
         unknown = set(params) - set(self.default_params)
         if unknown:
-            raise ValueError(f"unknown parameters {sorted(unknown)} (known: {sorted(self.default_params)})")
+            raise BadInput(f"unknown parameters {sorted(unknown)} (known: {sorted(self.default_params)})")
         indices = list(range(size))
         if seed:
             random.Random(seed).shuffle(indices)
@@ -733,11 +734,11 @@ class TaskFamily(ABC):
                 raise ValueError
             i = int(index)
         except (ValueError, KeyError) as e:
-            raise ValueError(f"bad instance id {instance_id!r} for family {self.name!r}") from e
+            raise BadInput(f"bad instance id {instance_id!r} for family {self.name!r}") from e
         if split not in self.split_sizes:
-            raise ValueError(f"bad instance id {instance_id!r}: unknown split {split!r} (splits: {sorted(self.split_sizes)})")
+            raise BadInput(f"bad instance id {instance_id!r}: unknown split {split!r} (splits: {sorted(self.split_sizes)})")
         if not 0 <= i < self.split_sizes[split]:
-            raise ValueError(
+            raise BadInput(
                 f"bad instance id {instance_id!r}: the {split} split of {self.name} has instances 0..{self.split_sizes[split] - 1}"
             )
         return self.instance_at(split, i, **params)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coevolve.edits import apply_edit
+from coevolve.errors import BadInput
 from coevolve.tasks.base import TaskFamily
 from coevolve.values import (
     AddRecipe,
@@ -74,7 +75,7 @@ def add_tool_ops(family: str | TaskFamily, names: list[str] | tuple[str, ...] | 
     wanted = list(catalogue) if names is None else list(names)
     unknown = [n for n in wanted if n not in catalogue]
     if unknown:
-        raise ValueError(f"no helper tools {unknown} in {_family(family).name} (helper tools: {', '.join(catalogue) or 'none'})")
+        raise BadInput(f"no helper tools {unknown} in {_family(family).name} (helper tools: {', '.join(catalogue) or 'none'})")
     return [{"op": "add_tool", **catalogue[n]} for n in wanted]
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from coevolve.agents.context import approx_tokens, is_cut, message_tokens
+from coevolve.errors import BadInput
 from coevolve.tasks import get_family
 from coevolve.tasks.base import Concept, Knowledge, PlanStep, TaskFamily
 
@@ -139,7 +140,7 @@ def profile_for(model: str, adapter: dict[str, Any] | None = None) -> SyntheticP
     """`model` is the part after `synthetic/` (e.g. `weak`); `adapter` a learned synthetic adapter."""
     p = PROFILES.get(model) or ORACLES.get(model)
     if p is None:
-        raise ValueError(f"unknown synthetic model {model!r} (models: {', '.join(PROFILES)})")
+        raise BadInput(f"unknown synthetic model {model!r} (models: {', '.join(PROFILES)})")
     if adapter:
         p = replace(
             p,

@@ -34,6 +34,7 @@ from litellm import CustomLLM, ModelResponse
 from litellm.types.utils import ChatCompletionMessageToolCall, Choices, Function, Message, Usage
 
 from coevolve.agents.context import approx_tokens
+from coevolve.errors import BadInput
 from coevolve.llm import constrained as cs
 from coevolve.llm import faults as fx
 from coevolve.settings import environment
@@ -52,7 +53,7 @@ def load_synthetic_adapter(adapter_id: str) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise ValueError(f"synthetic adapter {adapter_id!r} not found at {path}") from None
+        raise BadInput(f"synthetic adapter {adapter_id!r} not found at {path}") from None
 
 
 class SyntheticLLM(CustomLLM):

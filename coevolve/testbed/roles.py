@@ -35,6 +35,7 @@ from coevolve.agents.context import approx_tokens, message_tokens
 from coevolve.agents.handbook_tools import handbook_call, handbook_calls, rank_sections, read_sections
 from coevolve.agents.transcript import payload_from_messages
 from coevolve.analysis.rollouts import reads_only
+from coevolve.errors import BadInput
 from coevolve.testbed.policy import PROFILES, SyntheticPolicy, SyntheticReply
 
 ROLE_HEADER = re.compile(r"^ROLE: ([a-z-]+)")
@@ -59,7 +60,7 @@ def answer(role: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]
     elif role == "expert-rewrite":
         return rewrite_reply(messages, tools, seed)
     else:
-        raise ValueError(f"synthetic/{profile_name} does not play the role {role!r}")
+        raise BadInput(f"synthetic/{profile_name} does not play the role {role!r}")
     text = json.dumps(out)
     return SyntheticReply({"role": "assistant", "content": text}, sum(message_tokens(m) for m in messages), approx_tokens(text))
 

@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from math import comb, exp, lgamma, log
 from typing import Any
 
+from coevolve.errors import BadInput
+
 
 @dataclass(frozen=True)
 class PairedResult:
@@ -145,7 +147,7 @@ class BootstrapTest(SignTest):
 def make_rule(name: str, alpha: float) -> SignTest:
     rules = {"sign": SignTest, "bootstrap": BootstrapTest}
     if name not in rules:
-        raise ValueError(f"unknown acceptance rule {name!r} (rules: {', '.join(rules)})")
+        raise BadInput(f"unknown acceptance rule {name!r} (rules: {', '.join(rules)})")
     return rules[name](alpha)
 
 

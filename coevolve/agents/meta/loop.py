@@ -71,6 +71,7 @@ from coevolve.agents.meta.acceptance import FamilyRule, PairedResult, make_rule
 from coevolve.agents.meta.evidence import build_evidence
 from coevolve.agents.meta.proposer import LLMProposer, Proposal
 from coevolve.edits import edit_to_json
+from coevolve.errors import BadInput
 from coevolve.store.store import rollout_key
 from coevolve.tasks import get_family
 from coevolve.values import Harness, TaskInstance, Trajectory
@@ -129,15 +130,15 @@ class EvolveConfig:
     def __post_init__(self) -> None:
         for name in ("train_batch", "val_n", "candidates", "chunk", "race_chunk", "plateau", "evidence_failures", "val_seeds"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                raise BadInput(f"{name} must be >= 1")
         if not 0 < self.alpha < 1:
-            raise ValueError("alpha must be in (0, 1)")
+            raise BadInput("alpha must be in (0, 1)")
         if self.screen < 0:
-            raise ValueError(f"screen must be >= 0 (0: off), got {self.screen}")
+            raise BadInput(f"screen must be >= 0 (0: off), got {self.screen}")
         if self.search not in SEARCHES:
-            raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {self.search!r}")
+            raise BadInput(f"search must be one of {', '.join(SEARCHES)}, got {self.search!r}")
         if self.on_plateau not in ON_PLATEAU:
-            raise ValueError(f"on_plateau must be one of {', '.join(ON_PLATEAU)}, got {self.on_plateau!r}")
+            raise BadInput(f"on_plateau must be one of {', '.join(ON_PLATEAU)}, got {self.on_plateau!r}")
         make_rule(self.rule, self.alpha)
 
     def to_json(self) -> dict[str, Any]:
@@ -247,7 +248,7 @@ class HarnessEvolution:
         self.family = get_family(config.family)
         self.rule = make_rule(config.rule, config.alpha)
         if config.val_n > self.family.split_sizes["val"]:
-            raise ValueError(f"val_n {config.val_n} exceeds the val split of {config.family} ({self.family.split_sizes['val']})")
+            raise BadInput(f"val_n {config.val_n} exceeds the val split of {config.family} ({self.family.split_sizes['val']})")
         instances = self.family.generate("val", config.val_n, **config.params)
         # the paired comparison's units: every val instance at every val seed
         self.val = [(inst, config.seed + r) for inst in instances for r in range(config.val_seeds)]

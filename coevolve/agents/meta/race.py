@@ -67,6 +67,7 @@ from coevolve.agents.meta.guard import MAX_ATTEMPTS, GuardAttempt, better_poster
 from coevolve.agents.meta.loop import BudgetExhausted, EvolveResult, HarnessEvolution, Spend
 from coevolve.agents.meta.proposer import CALL_FAILED, Proposal
 from coevolve.edits import apply_edit, edit_from_json, edit_to_json
+from coevolve.errors import BadInput
 from coevolve.llm.contract import ProposerUnreachable
 from coevolve.values import (
     AddHook,
@@ -539,10 +540,10 @@ def validate_search(cfg: Any, split: int) -> None:
     if cfg.search != "race":
         return
     if split - cfg.val_n < 1:
-        raise ValueError(f"val_n {cfg.val_n} leaves no instance of the val split ({split}) of {cfg.family} for the "
+        raise BadInput(f"val_n {cfg.val_n} leaves no instance of the val split ({split}) of {cfg.family} for the "
                          f"release guard: at most {split - 1}")
     need = min_guard_budget(cfg)
     if cfg.budget.rollouts < need:
-        raise ValueError(f"a rollout budget of {cfg.budget.rollouts} is too small for one guard decision: the start's "
+        raise BadInput(f"a rollout budget of {cfg.budget.rollouts} is too small for one guard decision: the start's "
                          f"{cfg.val_n * cfg.val_seeds} val pairs and {min_pairs(cfg.alpha)} guard pairs (2 rollouts "
                          f"each) need {need}")

@@ -21,6 +21,7 @@ import ray
 import structlog
 from ray.exceptions import ActorDiedError, ActorUnavailableError, OutOfMemoryError, RayActorError
 
+from coevolve.errors import BadInput
 from coevolve.services.secrets import SECRET_BEARING_VARIABLES, put_worker_secrets
 from coevolve.settings import SECRET_BEARING, environment, variable
 
@@ -35,7 +36,7 @@ READY_TIMEOUT_ENV = variable("actor_ready_timeout_s")
 DEFAULT_READY_TIMEOUT_S = 180.0
 
 
-class ActorsNotReady(ValueError):
+class ActorsNotReady(BadInput):
     """Actors the cluster cannot place (or start) in time: one line naming what was asked and what
     the cluster has (a ValueError, so the CLI reports it as bad input)."""
 
@@ -47,7 +48,7 @@ def ready_timeout(explicit: float | None = None) -> float:
     try:
         return float(raw) if raw else DEFAULT_READY_TIMEOUT_S
     except ValueError:
-        raise ValueError(f"${READY_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+        raise BadInput(f"${READY_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
 
 
 def wait_ready(actors: list[Any], what: str, cpus_each: float, timeout_s: float | None = None) -> None:
@@ -155,13 +156,13 @@ def placement_resources(resources: dict[str, float] | None) -> dict[str, float]:
     out = {str(k): float(v) for k, v in (resources or {}).items()}
     bad = [k for k, v in out.items() if k in ("CPU", "GPU") or v < 0]
     if bad:
-        raise ValueError(f"resources must be custom resources with amounts >= 0 (use num_cpus for CPUs): {', '.join(bad)}")
+        raise BadInput(f"resources must be custom resources with amounts >= 0 (use num_cpus for CPUs): {', '.join(bad)}")
     return out
 
 
 def scheduling_strategy(name: str) -> str:
     if name not in SCHEDULING:
-        raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {name!r}")
+        raise BadInput(f"scheduling must be one of {', '.join(SCHEDULING)}, got {name!r}")
     return name
 
 
@@ -198,7 +199,7 @@ class ActorPool:
                  env: dict[str, str] | None = None, resources: dict[str, float] | None = None,
                  scheduling: str = "DEFAULT", max_replacements: int = 8, ready_timeout_s: float | None = None):
         if workers < 1:
-            raise ValueError("workers must be >= 1")
+            raise BadInput("workers must be >= 1")
         self.what = what
         self._args = args
         self.resources = placement_resources(resources)

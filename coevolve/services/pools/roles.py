@@ -18,6 +18,7 @@ from coevolve.agents.backend import PerFamily
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge, RoleUsage
 from coevolve.codec import decode, encode
+from coevolve.errors import BadInput
 from coevolve.llm.contract import Complete
 from coevolve.services.gateway import Gateway
 from coevolve.services.logs import configure_logging
@@ -40,7 +41,7 @@ class RoleWorker(Worker):
 
     def __init__(self, role: str, model: str) -> None:
         if role not in ROLES:
-            raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
+            raise BadInput(f"unknown role {role!r} (roles: {', '.join(ROLES)})")
         configure_logging()
         gateway = Gateway()
         gateway.warm_up()

@@ -19,6 +19,7 @@ from ray.exceptions import ObjectLostError
 
 from coevolve.agents.executor import Executor
 from coevolve.codec import decode, encode
+from coevolve.errors import BadInput
 from coevolve.services.gateway import Gateway
 from coevolve.services.logs import configure_logging
 from coevolve.services.pools.base import ACTOR_LOST, ActorPool, Worker
@@ -82,7 +83,7 @@ class RolloutPool(ActorPool):
         `resources` and `scheduling` place the actors (`ActorPool`): by default they spread over the
         nodes that qualify."""
         if max_in_flight is not None and max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+            raise BadInput(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
         super().__init__("rollout", workers, num_cpus=num_cpus, max_concurrency=max_concurrency, env=env,
                          resources=resources, scheduling=scheduling, max_replacements=max_replacements,

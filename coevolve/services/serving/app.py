@@ -42,6 +42,7 @@ import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from coevolve.errors import BadInput
 from coevolve.settings import environment, variable
 from coevolve.values import ModelRef, check_adapter_id
 
@@ -66,7 +67,7 @@ def apply_serve_env_defaults() -> None:
         os.environ.setdefault(k, v)
 
 
-class ServingError(ValueError):
+class ServingError(BadInput):
     """Bad serve config or no server to talk to: one clear line for the user."""
 
 

@@ -13,10 +13,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from coevolve.errors import BadInput
 from coevolve.values import DecodingPolicy, TrainingRow
 
 
-class TrainingError(ValueError):
+class TrainingError(BadInput):
     """Bad rows, a bad base model folder or a bad config: one clear line for the user."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import urljoin, urlsplit
 
+from coevolve.errors import BadInput
 from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
 from coevolve.tasks.browser.app import WebApp
 from coevolve.tasks.browser.backends import ChromiumBrowser, Session, TextSession, path_of, shared_chromium
@@ -50,7 +51,7 @@ class BrowserEnv(TaskEnv):
             # each of these waits on the browser's loop (ChromiumBrowser.call); answer/finish do not
             self.blocking_tools = SESSION_TOOLS
         else:
-            raise ValueError(f"unknown browser backend {backend!r} (text, chromium)")
+            raise BadInput(f"unknown browser backend {backend!r} (text, chromium)")
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)

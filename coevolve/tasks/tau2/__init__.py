@@ -30,6 +30,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, ClassVar
 
+from coevolve.errors import BadInput
 from coevolve.tasks.base import Knowledge, PlanStep, TaskEnv, TaskFamily, ToolResult, instance_seed
 from coevolve.tasks.handbook import Handbook
 from coevolve.tasks.tau2 import data
@@ -71,12 +72,12 @@ class Tau2Family(TaskFamily):
 
     def instance_at(self, split: str, index: int, **params: Any) -> TaskInstance:
         if params:
-            raise ValueError(f"{self.name} takes no parameters, got {sorted(params)}")
+            raise BadInput(f"{self.name} takes no parameters, got {sorted(params)}")
         ids = data.splits(self.domain).get(split)
         if ids is None:
-            raise ValueError(f"unknown split {split!r} (splits: {sorted(self.split_sizes)})")
+            raise BadInput(f"unknown split {split!r} (splits: {sorted(self.split_sizes)})")
         if not 0 <= index < len(ids):
-            raise ValueError(f"index {index} is outside the {split} split of {self.name} (0..{len(ids) - 1})")
+            raise BadInput(f"index {index} is outside the {split} split of {self.name} (0..{len(ids) - 1})")
         task_params = {"tau2_task": ids[index]}
         return TaskInstance(
             family=self.name,

