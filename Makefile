@@ -30,9 +30,9 @@ sandbox:
 demo: $(STAMP) sandbox
 	$(BIN)/coevolve run local
 
-# `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each: about 20
-# minutes on 2 cores (2,091 tests, 1,408 s of pytest on 2026-12-03, a slower day: the same files ran
-# 154.7 s before the one-package move and 146.1 s after it; since then ~110 s more moved to test-slow).
+# `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each, in 3 pytest-xdist
+# workers: most tests wait (on Ray actors, subprocesses, servers), so 3 workers on 2 cores overlap the
+# waits. 2,235 tests in 7 min 38 s of wall on 2 cores (2026-12-06; one process took 13-22 min).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
@@ -40,7 +40,7 @@ demo: $(STAMP) sandbox
 test: $(STAMP) sandbox
 	# Debian's Chromium for the browser family's Playwright backend and the report test (idempotent; CI runs as root)
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
-	$(BIN)/python -m pytest -q -m "not slow" --hypothesis-profile=ci
+	$(BIN)/python -m pytest -q -m "not slow" --hypothesis-profile=ci -n 3
 
 test-slow: $(STAMP) sandbox
 	$(BIN)/python -m pytest -q -m "slow" tests/
