@@ -12,7 +12,7 @@ import pytest
 from coevolve.analysis.summary import recorded_causes
 from coevolve.edits import apply_edit
 from coevolve.tasks import get_family
-from coevolve.tasks.base import Concept, Rule
+from coevolve.tasks.rules import Concept, Rule
 from coevolve.testbed.policy import learn_adapter
 from coevolve.values import Harness, HarnessEdit, SetSection
 from tests.rollouts import pass_rate, rollout_all

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from coevolve.tasks.base import sentence_windows
+from coevolve.tasks.rules import sentence_windows
 from coevolve.values import (
     AddHook,
     AddRecipe,

@@ -4,7 +4,7 @@ Each turn the policy rebuilds its state from the messages it can see, takes the 
 family's plan, and can fail in one of five ways:
 
 - implicit-knowledge: a fact the step needs is neither known nor stated in the visible harness text
-  (stated = its concept is carried and not negated, see `coevolve.tasks.base.Rule`); the policy then guesses
+  (stated = its concept is carried and not negated, see `coevolve.tasks.rules.Rule`); the policy then guesses
   it right only at its `guess_rate`, otherwise takes the plausible wrong branch. A fact the harness
   contradicts (its negation or a reversal stated) takes the wrong branch even when the profile knows
   it: the model follows its instructions, so a harness that states a wrong rule hurts;
@@ -46,7 +46,8 @@ from typing import Any
 from coevolve.agents.context import approx_tokens, is_cut, message_tokens
 from coevolve.errors import BadInput
 from coevolve.tasks import get_family
-from coevolve.tasks.base import Concept, Knowledge, PlanStep, TaskFamily
+from coevolve.tasks.base import Knowledge, PlanStep, TaskFamily
+from coevolve.tasks.rules import Concept
 
 TASK_ID = re.compile(r"\(Task id: ([^)\s]+)\)")
 HOOK_PREFIXES = ("[validate_args]", "[finish_checklist]", "[progress_reminder]")

@@ -36,7 +36,7 @@ from typing import Any
 
 from coevolve.llm.constrained import arguments_object
 from coevolve.llm.contract import Completion
-from coevolve.tasks.base import affirmed
+from coevolve.tasks.rules import affirmed
 from coevolve.tasks.tau2.data import Scenario
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
