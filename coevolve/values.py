@@ -253,6 +253,9 @@ def check_adapter_id(adapter_id: str) -> str:
     return adapter_id
 
 
+SYNTHETIC = "synthetic"  # the testbed's provider
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """`provider/model[@adapter]`, e.g. `hosted_vllm/qwen3-coder@adapter-7`, `synthetic/weak`."""
@@ -271,8 +274,18 @@ class ModelRef:
             check_adapter_id(adapter)
         return cls(provider, model, adapter or None)
 
+    @property
+    def is_synthetic(self) -> bool:
+        """A testbed model (`synthetic/...`), whose outcomes the testbed's rules decide."""
+        return self.provider == SYNTHETIC
+
     def __str__(self) -> str:
         return f"{self.provider}/{self.model}" + (f"@{self.adapter}" if self.adapter else "")
+
+
+def is_synthetic(model: str) -> bool:
+    """Whether a model reference (`provider/model[@adapter]`, unchecked) names a testbed model."""
+    return str(model).partition("/")[0] == SYNTHETIC
 
 
 @dataclass(frozen=True)

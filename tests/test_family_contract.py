@@ -17,8 +17,8 @@ import pytest
 from coevolve.agents.executor import NO_TOOL_NUDGE
 from coevolve.agents.hooks import DEFAULT_CHECKLIST, DEFAULT_PROGRESS, DEFAULT_REMINDER
 from coevolve.tasks import external_family_names, family_names, get_family
-from coevolve.tasks.rules import RULES_FILE, Concept, DomainFact, RulesFileError, load_rules
 from coevolve.tasks.payroll import TRAPS as PAYROLL_TRAPS
+from coevolve.tasks.rules import RULES_FILE, Concept, DomainFact, RulesFileError, load_rules
 from tests.helpers import failed, solved_env
 
 FAMILIES = family_names()

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from coevolve.values import EvalSummary, Trajectory
+from coevolve.values import EvalSummary, Trajectory, is_synthetic
 
 TESTBED_NOTICE = (
     "synthetic/* models are the project's offline testbed: their results test the machinery and "
@@ -25,7 +25,13 @@ SYNTHETIC_ADAPTER_RULES = (
 def synthetic_adapters(model: str, backend: str | None = None) -> bool:
     """Whether adapters of `model` (trained with `backend`, when known) are synthetic ones, whose
     outcome `SYNTHETIC_ADAPTER_RULES` decide: a synthetic model's, or any trained by the synthetic backend."""
-    return backend == "synthetic" or (backend is None and str(model).startswith("synthetic/"))
+    return backend == "synthetic" or (backend is None and is_synthetic(model))
+
+
+def testbed_notice(*models: str) -> dict[str, str]:
+    """`{"notice": TESTBED_NOTICE}` when any of `models` is a testbed model, else `{}`: merged into a
+    result so that every number the testbed decided says so."""
+    return {"notice": TESTBED_NOTICE} if any(is_synthetic(m) for m in models) else {}
 
 
 def summarise(trajectories: Sequence[Trajectory], *, split: str = "", seed: int = 0) -> EvalSummary:

@@ -19,6 +19,7 @@ from coevolve.cli.options import (
     open_store,
 )
 from coevolve.errors import BadInput
+from coevolve.values import is_synthetic
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
 judge_app = typer.Typer(no_args_is_help=True, help="The judge role.")
@@ -221,7 +222,7 @@ def adapt_cmd(
     _check_resume(resume, store, "data", "a data build")
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     h = validate_build(req, store)
-    synthetic = model.startswith("synthetic/")
+    synthetic = is_synthetic(model)
     backend = backend or ("synthetic" if synthetic else "peft")
     from coevolve.services.training import BACKENDS
 
@@ -292,7 +293,7 @@ def judge_accuracy_cmd(
     from coevolve.jobs.adapt import judge_accuracy, judge_families
     from coevolve.tasks import get_family
 
-    if not model.startswith("synthetic/"):
+    if not is_synthetic(model):
         raise UsageError("the answer key exists for synthetic models only: --model must be synthetic/...")
     from coevolve.config import MAX_SIZE, check_seed
     from coevolve.jobs import check_workers

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from coevolve.values import Harness
+from coevolve.values import Harness, is_synthetic
 
 
 class _Console:
@@ -62,7 +62,7 @@ def eval_table(results: Sequence[Any]) -> None:
             )
         if getattr(r, "tau2", None):
             tau2_lines(r.summary.family, r.summary.model, r.tau2)
-    if any(r.summary.model.startswith("synthetic/") for r in results):
+    if any(is_synthetic(r.summary.model) for r in results):
         testbed_notice()
 
 
@@ -211,7 +211,7 @@ def evolve_summary(out: dict[str, Any]) -> None:
     console.print(f"evolved harness: {out['harness_id']}  (run {out['run_id']})")
     if out.get("context_note"):
         console.print(f"[dim]note: {escape(out['context_note'])}[/dim]")  # its [cut: ...] lines are text
-    if out["model"].startswith("synthetic/"):
+    if is_synthetic(out["model"]):
         testbed_notice()
 
 
@@ -236,7 +236,7 @@ def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
     for r in rows:
         if r.get("tau2_note"):
             console.print(f"{r['family']} {r['model']}: {r['tau2_note']}", markup=False, highlight=False, soft_wrap=True)
-    if any(r["model"].startswith("synthetic/") for r in rows):
+    if any(is_synthetic(r["model"]) for r in rows):
         testbed_notice()
 
 

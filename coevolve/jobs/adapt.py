@@ -15,7 +15,7 @@ import structlog
 
 from coevolve.agents.correction import ARMS, BuildConfig, DatasetBuilder
 from coevolve.analysis.stats import paired_difference, pass_rate
-from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
+from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, synthetic_adapters, testbed_notice
 from coevolve.errors import BadInput
 from coevolve.jobs.runtime import use_store
 from coevolve.jobs.validate import resumed_run, validate_model
@@ -131,8 +131,7 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
             "expert_tokens": expert_tokens, "expert_tokens_per_row": round(expert_tokens / len(rows), 1),
             "created": time.time(),
         }
-        if cfg.model.startswith("synthetic/"):
-            manifest["notice"] = TESTBED_NOTICE
+        manifest |= testbed_notice(cfg.model)
         rec = write_dataset(store.root, rows, manifest)
         out = {**rec.manifest, "path": str(rec.path)}
         store.finish_run(run_id, "done", out)
@@ -189,8 +188,7 @@ def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, ad
         **{label: {k: v for k, v in r.as_json().items() if k != "per_instance"} for label, r in rates.items()},
         "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)],
     }
-    if model.startswith("synthetic/"):
-        out["notice"] = TESTBED_NOTICE
+    out |= testbed_notice(model)
     if synthetic_adapters(model):
         out["adapter_rules"] = SYNTHETIC_ADAPTER_RULES
     store.finish_run(run_id, "done", out)
@@ -312,7 +310,7 @@ def judge_accuracy(store_path: Path, families: str | list[str], judge: str, *, m
             "category_kappa": round(cohen_kappa(pairs), 4), "confusion": confusion(pairs),
         }
     out = {"run_id": run_id, "families": per_family, "judge": judge, "model": model, "split": split, "n": n,
-           "repeats": repeats, "seed": seed, "notice": TESTBED_NOTICE}
+           "repeats": repeats, "seed": seed, **testbed_notice(model)}
     store.finish_run(run_id, "done", out)
     return out
 

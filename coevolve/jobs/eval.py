@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from coevolve.analysis.stats import PassRate, cap_note, infra_note, pass_rate
-from coevolve.analysis.summary import TESTBED_NOTICE, failure_causes, summarise
+from coevolve.analysis.summary import failure_causes, summarise, testbed_notice
 from coevolve.config import SEED_MAX, check_seed
 from coevolve.errors import BadInput
 from coevolve.jobs.runtime import rollout_pool, use_store
@@ -102,9 +102,7 @@ class EvalResult:
             out["infra_note"] = note
         if self.tau2 is not None:
             out["tau2"] = self.tau2
-        if s.model.startswith("synthetic/"):
-            out["notice"] = TESTBED_NOTICE
-        return out
+        return out | testbed_notice(s.model)
 
 
 def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:

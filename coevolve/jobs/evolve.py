@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.analysis.stats import pass_rate
-from coevolve.analysis.summary import TESTBED_NOTICE
+from coevolve.analysis.summary import testbed_notice
 from coevolve.config import check_seed
 from coevolve.jobs.eval import tau2_block
 from coevolve.jobs.runtime import rollout_pool, use_store
@@ -110,9 +110,7 @@ def _evolve(
         from coevolve.analysis.tau2 import verdict
 
         out["tau2_note"] = verdict(list(out["test"]["tau2"].values()))
-    if config.model.startswith("synthetic/"):
-        out["notice"] = TESTBED_NOTICE
-    return out
+    return out | testbed_notice(config.model)
 
 
 def held_out_comparison(

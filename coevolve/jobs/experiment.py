@@ -30,7 +30,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
 
 from coevolve.analysis.stats import pass_rate
-from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
+from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, synthetic_adapters, testbed_notice
 from coevolve.config import (
     MAX_SIZE,
     DataSection,
@@ -252,8 +252,7 @@ class Experiment:
                     rows.append(row)
         out = {"run_id": self.run_id, "config": self.cfg.to_json(), "rows": rows,
                "cells_done": len(self.done), "cells_total": len(cells(self.cfg)) + 9 * len(self.cfg.families)}
-        if any(m.startswith("synthetic/") for m in (self.cfg.weak, self.cfg.expert)):
-            out["notice"] = TESTBED_NOTICE
+        out |= testbed_notice(self.cfg.weak, self.cfg.expert)
         if synthetic_adapters(self.cfg.weak, self.cfg.train.backend):
             out["adapter_rules"] = SYNTHETIC_ADAPTER_RULES
         return out

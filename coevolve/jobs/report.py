@@ -21,7 +21,7 @@ from typing import Any
 from coevolve.analysis.rollouts import FINGERPRINT, composition, drift, fingerprint, hard_failures
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from coevolve.errors import BadInput
-from coevolve.values import FAILURE_CATEGORIES
+from coevolve.values import FAILURE_CATEGORIES, is_synthetic
 
 ARMS = (("weak", "base"), ("weak", "imitation"), ("weak", "correction"), ("expert", "base"))
 COLORS = {"other": "#9e9e9e", "tool-use": "#1f77b4", "instruction-following": "#ff7f0e",
@@ -256,7 +256,7 @@ def main_table(data: dict[str, Any]) -> list[list[str]]:
 def render(data: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = data["config"]
-    synthetic = any(str(cfg.get(k, "")).startswith("synthetic/") for k in ("weak", "expert", "judge", "proposer"))
+    synthetic = any(is_synthetic(cfg.get(k, "")) for k in ("weak", "expert", "judge", "proposer"))
     plots = {
         "pass-rates": ("Pass rate per family and arm (test split, 95% CI)", plot_pass_rates(data)),
         "composition": ("Failure composition (share of hard failures, all families)", plot_composition(data)),
@@ -345,7 +345,7 @@ def write_run_report(store: Any, run_id: str, result: dict[str, Any] | None = No
     cells = {e.payload["cell"]: e.payload for e in store.events(run_id, "cell")}
     out_dir = out_dir or store.root / "reports" / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
-    synthetic = any(str((cfg.get(r) or {}).get("model", "")).startswith("synthetic/") for r in ("weak", "expert", "judge"))
+    synthetic = any(is_synthetic((cfg.get(r) or {}).get("model", "")) for r in ("weak", "expert", "judge"))
     finals = {k.split(":")[1]: v for k, v in cells.items() if k.startswith("final:")}
     arms = ("baseline", "evolved", "evolved+adapter")
     table = [["family", *arms, "gain (pts, 95% CI)", "harness", "adapter"]]
