@@ -1,4 +1,5 @@
-"""Expected errors print one `error:` line; a bug prints its traceback and never exits 2."""
+"""Expected errors print one `error:` line; a bug prints its traceback and never exits 2. Testbed models are
+named by their provider, and their results carry the testbed notice."""
 
 from __future__ import annotations
 
@@ -53,3 +54,18 @@ def test_the_expected_errors_share_one_root():
     for cls in (UsageError, EditError, StoreError, DecodingUnsupported):
         assert issubclass(cls, BadInput) and issubclass(cls, ValueError)
     assert issubclass(ProposerUnreachable, CoevolveError) and ProposerUnreachable.exit_code == 1
+
+
+@pytest.mark.parametrize(("model", "synthetic"), [
+    ("synthetic/weak", True), ("synthetic/weak@fact-adapter", True), ("vllm/smollm2", False),
+    ("hosted_vllm/synthetic", False), ("openai/gpt-4o-mini", False), ("", False),
+])
+def test_a_testbed_model_is_named_by_its_provider_and_its_results_carry_the_notice(model, synthetic):
+    from coevolve.analysis.summary import TESTBED_NOTICE, testbed_notice
+    from coevolve.values import ModelRef, is_synthetic
+
+    assert is_synthetic(model) is synthetic
+    if model:
+        assert ModelRef.parse(model).is_synthetic is synthetic
+    assert testbed_notice(model) == ({"notice": TESTBED_NOTICE} if synthetic else {})
+    assert testbed_notice("vllm/smollm2", model) == testbed_notice(model)
