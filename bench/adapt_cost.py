@@ -41,9 +41,7 @@ def main() -> None:
     gateway = Gateway()
     evaluator = LocalEvaluator(gateway)
 
-    def complete(m, msgs, tools, s):
-        return gateway.complete(m, msgs, tools, seed=s)
-
+    complete = gateway.complete
     rows_out, totals = [], {"correction": [0, 0], "imitation": [0, 0]}
     for name in args.families.split(","):
         family = get_family(name)

@@ -58,7 +58,7 @@ def run_family(name: str, args, evaluator, gateway, root: Path) -> dict:
         )
         run_id = store.create_run("evolve", config.to_json())
         proposer_ = LLMProposer(
-            proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
+            proposer, gateway.complete,
             family.handbook if with_handbook else None, windows=gateway.budget,
         )
         result = HarnessEvolution(config, evaluator, proposer_, store, run_id).run()

@@ -55,7 +55,7 @@ def main() -> None:
         )
         store = HarnessStore(Path(tempfile.mkdtemp()) / "store")
         run_id = store.create_run("evolve", config.to_json())
-        proposer = LLMProposer(config.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
+        proposer = LLMProposer(config.proposer, gateway.complete,
                                get_family(config.family).handbook, windows=gateway.budget)
         results[label] = HarnessEvolution(config, PoolEvaluator(pool), proposer, store, run_id).run()
     pool.shutdown()

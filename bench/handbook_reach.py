@@ -38,7 +38,7 @@ def reached(family_name: str, calls: int, model: str, proposer_model: str, batch
     texts = {s.id: " ".join(s.text.split()) for s in family.handbook.sections}
     gateway = Gateway()
     evaluator = LocalEvaluator(client=gateway)
-    proposer = LLMProposer(proposer_model, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
+    proposer = LLMProposer(proposer_model, gateway.complete,
                            family.handbook, windows=gateway.budget)
     baseline = family.baseline_harness()
     train = family.generate("train")

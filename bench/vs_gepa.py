@@ -511,7 +511,7 @@ def _services(cfg: Config):
     evaluator = LocalEvaluator(client=gateway)
     if cfg.kind != "main":
         return evaluator, ScriptedProposer(cfg.family, cfg.kind)
-    proposer = LLMProposer(cfg.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s),
+    proposer = LLMProposer(cfg.proposer, gateway.complete,
                            get_family(cfg.family).handbook, windows=gateway.budget)
     return evaluator, proposer
 

@@ -530,7 +530,7 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     provider.fail_with = litellm.ServiceUnavailableError(message="upstream 503", llm_provider="windowed", model="judge")
 
     gateway = Gateway()
-    judge = Judge("windowed/judge", lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), retries=0, windows=Gateway.budget)
+    judge = Judge("windowed/judge", gateway.complete, retries=0, windows=Gateway.budget)
     locus = judge.locate(t, usage=(used := RoleUsage()))
     assert locus.reason.startswith(f"{UNKNOWN}: the judge call failed") and used.failed_calls == 1
 

@@ -66,7 +66,7 @@ def _evolve(
     from coevolve.tasks import get_family
 
     handbook = get_family(config.family).handbook if config.handbook else None
-    proposer = LLMProposer(config.proposer, lambda m, msgs, tools, seed: gateway.complete(m, msgs, tools, seed=seed), handbook,
+    proposer = LLMProposer(config.proposer, gateway.complete, handbook,
                              windows=gateway.budget)
     loop = make_evolution(config, PoolEvaluator(pool), proposer, store, run_id, on_progress=on_progress)
     try:

@@ -191,7 +191,7 @@ class Experiment:
         ec = cfg.evolve.evolve_config(family, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed, params=cfg.params)
         rid = self.store.create_run("evolve", ec.to_json())
         gateway = self.gateway
-        proposer = LLMProposer(cfg.proposer, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), family.handbook,
+        proposer = LLMProposer(cfg.proposer, gateway.complete, family.handbook,
                                  windows=gateway.budget)
         r = make_evolution(ec, PoolEvaluator(self.pool), proposer, self.store, rid).run()
         self.store.finish_run(rid, "done", {"harness_id": r.harness_id})

@@ -66,7 +66,7 @@ def gather(store: Any, run_id: str, judge_model: str | None = None) -> dict[str,
     from coevolve.tasks import get_family
 
     gateway = Gateway()
-    judge = Judge(judge_model, lambda m, msgs, tools, s: gateway.complete(m, msgs, tools, seed=s), windows=gateway.budget)
+    judge = Judge(judge_model, gateway.complete, windows=gateway.budget)
     for key, cell in cells.items():
         stage = key.split(":")[0]
         data["cost"][stage]["seconds"] += cell.get("seconds", 0.0)

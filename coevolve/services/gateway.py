@@ -294,7 +294,7 @@ class Gateway:
         return lookup(model, role)
 
     def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0,
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int = 0, *,
         decoding: DecodingPolicy | None = None, **kw: Any,
     ) -> Completion:
         litellm = litellm_lib()

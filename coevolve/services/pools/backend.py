@@ -13,7 +13,7 @@ from coevolve.agents.backend import CycleRoles, Job, Rollouts, Trainer, Usage, m
 from coevolve.agents.meta.proposer import LLMProposer
 from coevolve.codec import decode, encode
 from coevolve.services.gateway import Gateway
-from coevolve.services.pools.roles import RolePool, through
+from coevolve.services.pools.roles import RolePool
 from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
 from coevolve.store.store import HarnessStore
 from coevolve.values import FailureLocus, Harness, Trajectory
@@ -28,7 +28,7 @@ class RayBackend(CycleRoles):
         template = None
         if proposer is not None:
             gateway = Gateway()
-            template = LLMProposer(proposer, through(gateway), windows=gateway.budget)
+            template = LLMProposer(proposer, gateway.complete, windows=gateway.budget)
         super().__init__(template, trainer)
         self.rollouts = rollouts
         self.judges = judges

@@ -19,21 +19,11 @@ from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge, RoleUsage
 from coevolve.codec import decode, encode
 from coevolve.errors import BadInput
-from coevolve.llm.contract import Complete
 from coevolve.services.gateway import Gateway
 from coevolve.services.logs import configure_logging
 from coevolve.services.pools.base import ActorPool, Worker
 
 ROLES = ("judge", "expert")
-
-
-def through(gateway: Gateway) -> Complete:
-    """The roles' model call over `gateway`."""
-
-    def complete(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int):
-        return gateway.complete(model, messages, tools, seed=seed)
-
-    return complete
 
 
 class RoleWorker(Worker):
@@ -45,9 +35,8 @@ class RoleWorker(Worker):
         configure_logging()
         gateway = Gateway()
         gateway.warm_up()
-        complete = through(gateway)
-        self.judge = Judge(model, complete, windows=gateway.budget) if role == "judge" else None
-        self.experts = PerFamily(ExpertRewriter(model, complete, windows=gateway.budget)) if role == "expert" else None
+        self.judge = Judge(model, gateway.complete, windows=gateway.budget) if role == "judge" else None
+        self.experts = PerFamily(ExpertRewriter(model, gateway.complete, windows=gateway.budget)) if role == "expert" else None
 
     def locate(self, traj: bytes) -> tuple[bytes, dict[str, Any]]:
         used = RoleUsage()
