@@ -83,7 +83,7 @@ class Usage:
         return {r: {k: round(v, 6) for k, v in d.items()} for r, d in self.roles.items()}
 
 
-Journal = Callable[[str, dict[str, Any]], None]  # (kind, payload): every finished unit of work
+RecordUnit = Callable[[str, dict[str, Any]], None]  # (kind, payload): called with every finished unit of work
 
 
 def tools_of(harness: Harness) -> list[dict[str, Any]]:
@@ -168,7 +168,7 @@ class DatasetBuilder:
     earlier, interrupted build) to their row (or None), so a resumed build redoes nothing."""
 
     def __init__(self, cfg: BuildConfig, harness: Harness, train: Sequence[TaskInstance], backend: Backend,
-                 journal: Journal | None = None, done: dict[str, dict[str, Any] | None] | None = None,
+                 journal: RecordUnit | None = None, done: dict[str, dict[str, Any] | None] | None = None,
                  on_progress: Callable[[dict[str, Any]], None] | None = None):
         self.cfg = cfg
         self.harness = harness
