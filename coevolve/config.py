@@ -186,8 +186,8 @@ class EvolveSection(BaseModel):
             need = val_n * self.val_seeds + 2 * min_pairs(alpha)
             if self.rollouts < need:
                 raise BadInput(f"evolve.rollouts {self.rollouts} is too small for one release-guard decision in "
-                                 f"{name}: its {val_n} x {self.val_seeds} val pairs and {min_pairs(alpha)} guard pairs "
-                                 f"(2 rollouts each) need {need}")
+                               f"{name}: its {val_n} x {self.val_seeds} val pairs and {min_pairs(alpha)} guard pairs "
+                               f"(2 rollouts each) need {need}")
 
     def evolve_config(self, family: Any, *, model: str, proposer: str, seed: int,
                       params: dict[str, Any]) -> EvolveConfig:

@@ -249,7 +249,7 @@ def check_adapter_id(adapter_id: str) -> str:
     '.', '_' and '-', at most 128 of them, no leading '.' and no '..'. Returns it; ValueError otherwise."""
     if not isinstance(adapter_id, str) or not ADAPTER_ID.fullmatch(adapter_id) or ".." in adapter_id:
         raise BadInput(f"adapter id {adapter_id!r} must be letters, digits, '.', '_' or '-' "
-                         "(at most 128; no '/', no '..', not starting with '.')")
+                       "(at most 128; no '/', no '..', not starting with '.')")
     return adapter_id
 
 

@@ -541,9 +541,9 @@ def validate_search(cfg: Any, split: int) -> None:
         return
     if split - cfg.val_n < 1:
         raise BadInput(f"val_n {cfg.val_n} leaves no instance of the val split ({split}) of {cfg.family} for the "
-                         f"release guard: at most {split - 1}")
+                       f"release guard: at most {split - 1}")
     need = min_guard_budget(cfg)
     if cfg.budget.rollouts < need:
         raise BadInput(f"a rollout budget of {cfg.budget.rollouts} is too small for one guard decision: the start's "
-                         f"{cfg.val_n * cfg.val_seeds} val pairs and {min_pairs(cfg.alpha)} guard pairs (2 rollouts "
-                         f"each) need {need}")
+                       f"{cfg.val_n * cfg.val_seeds} val pairs and {min_pairs(cfg.alpha)} guard pairs (2 rollouts "
+                       f"each) need {need}")
