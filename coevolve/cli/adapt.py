@@ -18,7 +18,6 @@ from coevolve.cli.options import (
     echo_json,
     open_store,
 )
-from coevolve.errors import BadInput
 from coevolve.values import is_synthetic
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
@@ -302,10 +301,7 @@ def judge_accuracy_cmd(
         raise UsageError(f"--repeats must be in 1..{MAX_SIZE:,}, got {repeats}")
     check_seed(seed)
     check_workers(workers, address)  # an address is probed here: seconds, not a minute of Ray's retries
-    try:
-        families = judge_families(family)
-    except BadInput as e:
-        raise UsageError(str(e)) from None
+    families = judge_families(family)
     for f in families:
         get_family(f).generate(split, n)  # validates split and n
     out = judge_accuracy(store, families, judge, model=model, split=split, n=n, repeats=repeats, seed=seed,

@@ -29,7 +29,6 @@ from coevolve.cli.options import (
     open_store,
     say_error,
 )
-from coevolve.errors import BadInput
 
 app = typer.Typer(
     cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True, help="Co-evolve an agent harness and its weights."
@@ -240,10 +239,7 @@ def evolve_cmd(
         )
         from coevolve.agents.meta.race import validate_search
 
-        try:
-            validate_search(config, fam.split_sizes["val"])
-        except BadInput as e:
-            raise UsageError(str(e)) from None
+        validate_search(config, fam.split_sizes["val"])  # BadInput: one error line (cli_errors)
     from coevolve.cli.display import EvolveProgress
     from coevolve.jobs import stop_on_signals
 
