@@ -2,8 +2,8 @@
 the experiment config of `coevolve experiment paper` (`coevolve.jobs.experiment.ExperimentConfig`) are
 views of the same sections (`EvolveSection`, `DataSection`, `TrainSection`), read by one loader
 (`load_config_file`: a YAML file, then `key=value` overrides); the agents' settings are built from
-them here (`RunProfile.cycle_settings`, `EvolveSection.evolve_config`, `DataSection.build_config`),
-never copied field by field.
+them here (`EvolveSection.evolve_config`, `DataSection.build_config`, `TrainSection.train_config`),
+never copied field by field: the pipeline (`coevolve.pipeline`) takes the sections themselves.
 
 The shipped profiles:
 - `local`: the embedded default — local Ray, synthetic models for every role, all seven families at
@@ -35,7 +35,6 @@ from coevolve.errors import BadInput
 
 if TYPE_CHECKING:
     from coevolve.agents.correction import BuildConfig
-    from coevolve.agents.meta.coevolve import CycleSettings
     from coevolve.agents.meta.loop import EvolveConfig
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "deploy" / "profiles"
@@ -189,15 +188,16 @@ class EvolveSection(BaseModel):
                                f"{name}: its {val_n} x {self.val_seeds} val pairs and {min_pairs(alpha)} guard pairs "
                                f"(2 rollouts each) need {need}")
 
-    def evolve_config(self, family: Any, *, model: str, proposer: str, seed: int,
-                      params: dict[str, Any]) -> EvolveConfig:
-        """The settings of one evolution of `family` (a TaskFamily) around `model`."""
+    def evolve_config(self, family: Any, *, model: str, proposer: str, seed: int, params: dict[str, Any],
+                      alpha: float) -> EvolveConfig:
+        """The settings of one evolution of `family` (a TaskFamily) around `model`, deciding at `alpha`."""
         from coevolve.agents.meta.loop import Budget, EvolveConfig
         from coevolve.agents.meta.race import search_val_n
 
         return EvolveConfig(family=family.name, model=model, proposer=proposer, seed=seed, train_batch=self.train_batch,
                             val_n=search_val_n(self.val_n, family.split_sizes["val"]), val_seeds=self.val_seeds,
-                            budget=Budget(iterations=self.iterations, rollouts=self.rollouts), params=dict(params))
+                            alpha=alpha, budget=Budget(iterations=self.iterations, rollouts=self.rollouts),
+                            params=dict(params))
 
 
 class DataSection(BaseModel):
@@ -338,19 +338,6 @@ class RunProfile(BaseModel):
             check_params(get_family(name), self.params)
         self.evolve.check_fits(list(self.families), self.alpha)
         return self
-
-    def cycle_settings(self) -> CycleSettings:
-        """The co-evolution's settings (`coevolve.agents.meta.coevolve.CycleSettings`) of this profile."""
-        from coevolve.agents.meta.coevolve import CycleSettings
-
-        evolve, data, budget = self.evolve, self.data, self.budget
-        return CycleSettings(
-            families=list(self.families), weak=self.weak.model, expert=self.expert.model, judge=self.judge.model,
-            proposer=self.proposer, cycles=budget.cycles, plateau=budget.plateau, rollouts=budget.rollouts, usd=budget.usd,
-            seconds=budget.seconds, evolve_iterations=evolve.iterations, evolve_rollouts=evolve.rollouts, val_n=evolve.val_n,
-            val_seeds=evolve.val_seeds, train_batch=evolve.train_batch, rows=data.rows, samples=data.samples, k=data.k,
-            repeats=self.repeats, alpha=self.alpha, seed=self.seed, params=dict(self.params),
-        )
 
 
 def load_profile(ref: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunProfile:

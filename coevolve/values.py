@@ -283,6 +283,11 @@ class ModelRef:
         return f"{self.provider}/{self.model}" + (f"@{self.adapter}" if self.adapter else "")
 
 
+def with_adapter(model: str, adapter: str | None) -> str:
+    """`model` served with `adapter` (`model@adapter`); `model` itself when there is none."""
+    return f"{model}@{adapter}" if adapter else model
+
+
 def is_synthetic(model: str) -> bool:
     """Whether a model reference (`provider/model[@adapter]`, unchecked) names a testbed model."""
     return str(model).partition("/")[0] == SYNTHETIC

@@ -214,10 +214,6 @@ def test_the_run_profile_and_the_experiment_share_their_sections():
     for name, section in (("evolve", EvolveSection), ("data", DataSection), ("train", TrainSection)):
         assert RunProfile.model_fields[name].annotation is section
         assert ExperimentConfig.model_fields[name].annotation is section
-    # one default for evolution iterations, the one the co-evolution's settings have
-    from coevolve.agents.meta.coevolve import CycleSettings
-
-    assert EvolveSection().iterations == CycleSettings.__dataclass_fields__["evolve_iterations"].default == 200
     assert load_config(EXPERIMENT).evolve.iterations == 100  # the shipped experiment writes its own
 
 
@@ -238,34 +234,6 @@ def test_every_field_of_the_tree_is_described():
     assert undescribed(RunProfile) + undescribed(ExperimentConfig) == []
 
 
-# (override, CycleSettings field, value): every field of the co-evolution's settings, from the profile
-PROFILE_TO_CYCLE = [
-    ("families=[iot, budget]", "families", ["iot", "budget"]), ("weak.model=synthetic/w2", "weak", "synthetic/w2"),
-    ("expert.model=synthetic/e2", "expert", "synthetic/e2"), ("judge.model=synthetic/j2", "judge", "synthetic/j2"),
-    ("proposer=synthetic/m2", "proposer", "synthetic/m2"), ("budget.cycles=5", "cycles", 5),
-    ("budget.plateau=4", "plateau", 4), ("budget.rollouts=77", "rollouts", 77), ("budget.usd=3.5", "usd", 3.5),
-    ("budget.seconds=60", "seconds", 60.0), ("evolve.iterations=7", "evolve_iterations", 7),
-    ("evolve.rollouts=99", "evolve_rollouts", 99), ("evolve.val_n=9", "val_n", 9), ("evolve.val_seeds=3", "val_seeds", 3),
-    ("evolve.train_batch=11", "train_batch", 11), ("data.rows=13", "rows", 13), ("data.samples=5", "samples", 5),
-    ("data.k=6", "k", 6), ("repeats=4", "repeats", 4), ("alpha=0.05", "alpha", 0.05), ("seed=17", "seed", 17),
-    ("params={difficulty: 1, size: 0}", "params", {"difficulty": 1, "size": 0}),
-]
-
-
-def test_the_cycle_settings_are_built_from_the_profile_field_by_field():
-    from coevolve.agents.meta.coevolve import CycleSettings
-    from coevolve.config import RunProfile, load_profile
-
-    assert sorted(f for _, f, _ in PROFILE_TO_CYCLE) == sorted(f.name for f in dataclasses.fields(CycleSettings))
-    for override, field, value in PROFILE_TO_CYCLE:
-        settings = load_profile("local", [override]).cycle_settings()
-        assert getattr(settings, field) == value, override
-    # at the defaults the tree and the agents' dataclass agree
-    plain = RunProfile()
-    assert plain.cycle_settings() == CycleSettings(families=plain.families, weak="synthetic/weak", expert="synthetic/expert",
-                                                   judge="synthetic/judge", proposer="synthetic/meta")
-
-
 @pytest.mark.parametrize("overrides", [[], ["params.size=0", "evolve.val_n=500"]])
 def test_the_experiments_evolve_and_dataset_configs_are_journalled_as_before(overrides):
     """What the experiment built by hand before the tree built them: equal, so its runs' configs are too
@@ -280,7 +248,8 @@ def test_the_experiments_evolve_and_dataset_configs_are_journalled_as_before(ove
     by_hand = EvolveConfig(family=family.name, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed,
                            val_n=search_val_n(cfg.evolve.val_n, family.split_sizes["val"]), val_seeds=cfg.evolve.val_seeds,
                            budget=Budget(iterations=cfg.evolve.iterations, rollouts=cfg.evolve.rollouts), params=dict(cfg.params))
-    built = cfg.evolve.evolve_config(family, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed, params=cfg.params)
+    built = cfg.evolve.evolve_config(family, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed, params=cfg.params,
+                                     alpha=EvolveConfig.alpha)
     assert json.dumps(built.to_json(), sort_keys=True) == json.dumps(by_hand.to_json(), sort_keys=True)
     for arm in ("imitation", "correction"):
         bc = BuildConfig(arm, "iot", cfg.weak, cfg.expert, cfg.judge, rows=cfg.data.rows, samples=cfg.data.samples,

@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from coevolve.agents.meta.coevolve import CoEvolution, InfraFailure
 from coevolve.analysis.stats import INFRA_SHARE, infra_note
 from coevolve.config import load_profile
+from coevolve.pipeline import CoEvolution, InfraFailure
 from coevolve.store.store import HarnessStore
 from tests.test_spend_resume import Counted, backend
 
@@ -38,7 +38,7 @@ def co_run(monkeypatch, tmp_path, every: int):
                                      "budget.cycles=1", "data.rows=6", "data.samples=1", "repeats=1"])
     store = HarnessStore(tmp_path)
     run_id = store.create_run("coevolve", profile.model_dump())
-    return CoEvolution(profile.cycle_settings(), store, run_id, backend(store, Flaky(every))).run()
+    return CoEvolution(profile, store, run_id, backend(store, Flaky(every))).run()
 
 
 def test_a_run_whose_rollouts_fail_for_infrastructure_fails_naming_the_cause(monkeypatch, tmp_path):

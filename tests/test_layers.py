@@ -20,6 +20,7 @@ FLOORS = [
     ("coevolve.analysis",),
     ("coevolve.agents",),
     ("coevolve.config",),  # builds the agents' settings from the configuration tree
+    ("coevolve.pipeline",),  # the co-evolution's steps on the tree's sections, and its cycle schedule
     ("coevolve.testbed",),
     ("coevolve.services",),
     ("coevolve.cluster",),

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from coevolve.agents.meta.coevolve import CoEvolution
 from coevolve.config import load_profile
+from coevolve.pipeline import CoEvolution
+from coevolve.store.datasets import read_manifest
 from coevolve.store.store import HarnessStore
 from tests.test_spend_resume import Counted, backend
 
@@ -22,12 +23,6 @@ class Recording(Counted):
         return super().evaluate(jobs, model)
 
 
-def test_the_cpu_profiles_difficulty_reaches_the_cycle_settings():
-    profile = load_profile("cpu")
-    assert profile.params == {"difficulty": 1, "size": 1}
-    assert profile.cycle_settings().params == {"difficulty": 1, "size": 1}
-
-
 def test_a_profiles_params_reach_every_instance_a_run_evaluates(monkeypatch, tmp_path):
     monkeypatch.setenv("COEVOLVE_STORE", str(tmp_path))
     profile = load_profile("local", ["families=[iot]", "params={difficulty: 1, size: 0}", "evolve.rollouts=60",
@@ -36,12 +31,19 @@ def test_a_profiles_params_reach_every_instance_a_run_evaluates(monkeypatch, tmp
     store = HarnessStore(tmp_path)
     run_id = store.create_run("coevolve", profile.model_dump())
     evaluator = Recording()
-    result = CoEvolution(profile.cycle_settings(), store, run_id, backend(store, evaluator)).run()
+    result = CoEvolution(profile, store, run_id, backend(store, evaluator)).run()
     assert result["stop_reason"] == "done"
     splits = {iid.split("/")[1] for iid in evaluator.instances}
     assert {"train", "val", "test"} <= splits  # evolution, dataset, adapter check and final test all drew
     assert all(p == {"difficulty": 1, "size": 0} for p in evaluator.instances.values())
     assert all(iid.endswith(":difficulty=1,size=0") for iid in evaluator.instances)
+    # the profile's sections reach the steps as they are: the evolution's and the dataset's journalled settings
+    (evolution,) = store.list_runs("evolve")
+    assert (evolution.config["budget"]["rollouts"], evolution.config["train_batch"]) == (60, 4)
+    assert evolution.config["params"] == {"difficulty": 1, "size": 0}
+    data = next(e.payload for e in store.events(run_id, "cell") if e.payload["cell"] == "data:iot:0")
+    config = read_manifest(tmp_path, data["dataset"]).manifest["config"]
+    assert (config["rows"], config["samples"], config["seed"]) == (6, 1, profile.seed)
 
 
 @pytest.mark.parametrize("override, message", [

@@ -14,16 +14,17 @@ from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge
 from coevolve.agents.local import LocalBackend, LocalEvaluator
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from coevolve.agents.meta.coevolve import CoEvolution, CycleSettings
+from coevolve.config import load_profile
+from coevolve.pipeline import CoEvolution
 from coevolve.services.gateway import Gateway
 from coevolve.services.pools.backend import StoreTrainer
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from tests.rollouts import _GATEWAY, proposer_complete
 
-SETTINGS = {"families": ["iot"], "weak": "synthetic/weak", "expert": "synthetic/expert", "judge": "synthetic/judge",
-            "proposer": "synthetic/meta", "cycles": 1, "plateau": 1, "evolve_iterations": 2, "evolve_rollouts": 400,
-            "val_n": 12, "val_seeds": 2, "train_batch": 12, "rows": 20, "samples": 1, "k": 2, "repeats": 1, "seed": 3}
+PROFILE = ["families=[iot]", "budget.cycles=1", "budget.plateau=1", "evolve.iterations=2", "evolve.rollouts=400",
+           "evolve.val_n=12", "evolve.val_seeds=2", "evolve.train_batch=12", "data.rows=20", "data.samples=1", "data.k=2",
+           "repeats=1", "seed=3"]
 
 
 class Kill(BaseException):
@@ -68,7 +69,7 @@ def co_run(root: Path, evaluator_for, run_id: str | None = None):
     store = HarnessStore(root)
     rid = run_id or store.create_run("coevolve", {"test": True})
     evaluator = evaluator_for(store)
-    return CoEvolution(CycleSettings(**SETTINGS), store, rid, backend(store, evaluator)), store, rid, evaluator
+    return CoEvolution(load_profile("local", PROFILE), store, rid, backend(store, evaluator)), store, rid, evaluator
 
 
 def timeless(families: dict) -> dict:

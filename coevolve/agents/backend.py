@@ -1,5 +1,5 @@
 """The seam between the roles' logic and what runs it: `Backend`, everything a dataset build
-(`coevolve.agents.correction`) and the co-evolution cycles (`coevolve.agents.meta.coevolve`) ask of
+(`coevolve.agents.correction`) and the co-evolution's steps (`coevolve.pipeline`) ask of
 their surroundings. Two implementations: in this process (`coevolve.agents.local.LocalBackend`, for
 tests, benches and quick runs) and on Ray (`coevolve.services.pools.backend.RayBackend`).
 

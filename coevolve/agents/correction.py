@@ -299,6 +299,10 @@ class DatasetBuilder:
         corrected = [r for r in rows if r.provenance["kind"] == "corrected"]
         verified = sum(bool(r.provenance.get("verified")) for r in corrected)
         cut_rows = sum(1 for r in corrected if r.provenance.get("context_cuts"))
+        usage = self.usage.as_json()
+        # what the expert's tokens bought: its whole rollouts (imitation) or its rewrites (correction)
+        expert_tokens = (sum(t.tokens for t in expert_runs) if self.cfg.arm == "imitation"
+                         else int(usage.get("expert", {}).get("tokens", 0)))
         return {
             "rows": len(rows),
             "by_kind": dict(kinds),
@@ -308,5 +312,12 @@ class DatasetBuilder:
             "student_rollouts": len(student),
             "student_pass_rate": round(sum(t.passed for t in student) / len(student), 4) if student else None,
             "expert_rollouts": len(expert_runs),
-            "usage": self.usage.as_json(),
+            "usage": usage,
+            "expert_tokens": expert_tokens,
+            "expert_tokens_per_row": round(expert_tokens / max(1, len(rows)), 1),
         }
+
+    def manifest(self, run_id: str, stats: dict[str, Any]) -> dict[str, Any]:
+        """A built dataset's manifest (`coevolve.store.datasets.write_dataset`): the arm, the build's
+        config, the harness and run it came from, and `stats` (`build`'s second value)."""
+        return {"arm": self.cfg.arm, "config": self.cfg.to_json(), "harness_id": self.harness.id, "run_id": run_id, **stats}

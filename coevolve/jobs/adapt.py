@@ -122,16 +122,7 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
 
             note = build_cut_note(stats)  # what the roles' prompts lost to their context windows
             raise BadInput(f"the {cfg.arm} arm produced no rows ({why})" + (f"; {note}" if note else ""))
-        expert_tokens = (
-            sum(t.tokens for t in expert_runs) if cfg.arm == "imitation"
-            else int(stats["usage"].get("expert", {}).get("tokens", 0))
-        )
-        manifest = {
-            "arm": cfg.arm, "config": cfg.to_json(), "harness_id": harness.id, "run_id": run_id, **stats,
-            "expert_tokens": expert_tokens, "expert_tokens_per_row": round(expert_tokens / len(rows), 1),
-            "created": time.time(),
-        }
-        manifest |= testbed_notice(cfg.model)
+        manifest = builder.manifest(run_id, stats) | {"created": time.time()} | testbed_notice(cfg.model)
         rec = write_dataset(store.root, rows, manifest)
         out = {**rec.manifest, "path": str(rec.path)}
         store.finish_run(run_id, "done", out)

@@ -21,7 +21,6 @@ existed resumes as it was.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
 
-from coevolve.analysis.stats import pass_rate
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, synthetic_adapters, testbed_notice
 from coevolve.config import (
     MAX_SIZE,
@@ -41,6 +39,7 @@ from coevolve.config import (
     load_config_file,
 )
 from coevolve.errors import BadInput
+from coevolve.values import with_adapter
 
 log = structlog.get_logger(role="experiment")
 HARNESSES = ("baseline", "evolved")
@@ -116,7 +115,8 @@ def cells(cfg: ExperimentConfig) -> list[str]:
 
 
 class Experiment:
-    """Runs (or resumes) one experiment in a store on a Ray cluster."""
+    """Runs (or resumes) one experiment in a store on a Ray cluster: the grid schedule of the pipeline's
+    steps (`coevolve.pipeline.Steps`)."""
 
     def __init__(self, cfg: ExperimentConfig, store: Any, run_id: str, progress: Callable[[dict[str, Any]], None] | None = None):
         self.cfg = cfg
@@ -125,120 +125,60 @@ class Experiment:
         self.progress = progress or (lambda d: None)
         self.done: dict[str, dict[str, Any]] = {e.payload["cell"]: e.payload for e in store.events(run_id, "cell")}
 
-    def _cell(self, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        if key in self.done:
-            return self.done[key]
-        self.progress({"cell": key, "done": len(self.done)})
-        started = time.monotonic()
-        payload = {"cell": key, **work(), "seconds": round(time.monotonic() - started, 2)}
-        self.store.append_event(self.run_id, "cell", payload)
-        self.done[key] = payload
-        return payload
-
     def run(self, address: str | None = None) -> dict[str, Any]:
+        from coevolve.agents.meta.loop import EvolveConfig
         from coevolve.cluster.runtime import start_ray
-        from coevolve.services.gateway import Gateway
+        from coevolve.pipeline import Models, Steps
+        from coevolve.services.pools.backend import RayBackend, StoreTrainer
         from coevolve.services.pools.roles import RolePool
         from coevolve.services.pools.rollouts import RolloutPool
 
+        cfg = self.cfg
         start_ray(address)
-        self.pool = RolloutPool(self.cfg.workers)
-        self.judges = RolePool("judge", self.cfg.judge, self.cfg.workers)
-        self.gateway = Gateway()
+        pools = [RolloutPool(cfg.workers), RolePool("judge", cfg.judge, cfg.workers), RolePool("expert", cfg.expert, cfg.workers)]
         try:
-            for family in self.cfg.families:
-                self._family(family)
+            trainer = StoreTrainer(self.store, cfg.train.base or cfg.weak, cfg.train.backend, cfg.train.train_config())
+            backend = RayBackend(*pools, proposer=cfg.proposer, trainer=trainer)
+            steps = Steps(self.store, self.run_id, backend, Models(cfg.weak, cfg.expert, cfg.judge, cfg.proposer),
+                          evolve=cfg.evolve, data=cfg.data, seed=cfg.seed, params=cfg.params, alpha=EvolveConfig.alpha,
+                          before_cell=lambda key: self.progress({"cell": key, "done": len(steps.done)}))
+            self.done = steps.done
+            for family in cfg.families:
+                self._family(steps, family)
         finally:
-            self.pool.shutdown()
-            self.judges.shutdown()
+            for pool in pools:
+                pool.shutdown()
         return self.summary()
 
-    def _family(self, name: str) -> None:
-        from coevolve.services.pools.roles import RolePool
+    def _family(self, steps: Any, name: str) -> None:
+        from coevolve.pipeline import SEED_TEST
         from coevolve.tasks import get_family
 
+        cfg = self.cfg
         family = get_family(name)
-        evolved = self._cell(f"evolve:{name}", lambda: self._evolve(family))
-        harnesses = {"baseline": family.baseline_harness(), "evolved": self.store.get_harness(evolved["harness_id"])}
-        self.store.put_harness(harnesses["baseline"], rationale="family baseline")
-        experts = RolePool("expert", self.cfg.expert, self.cfg.workers)
+        baseline = family.baseline_harness()
+        self.store.put_harness(baseline, rationale="family baseline")
+        key = f"evolve:{name}"
+        evolved = steps.cell(key, lambda: steps.evolve(family, baseline, cfg.weak, key, cfg.seed))
+        harnesses = {"baseline": baseline, "evolved": self.store.get_harness(evolved["harness_id"])}
         adapters: dict[tuple[str, str], str | None] = {}
-        try:
-            for label, h in harnesses.items():
-                for arm in ("imitation", "correction"):
-                    data = self._cell(f"data:{name}:{arm}:{label}", lambda arm=arm, h=h: self._build(family, arm, h, experts))
-                    if data["dataset"] is None:
-                        adapters[(arm, label)] = None
-                        continue
+        for label, h in harnesses.items():
+            for arm in ("imitation", "correction"):
+                key = f"data:{name}:{arm}:{label}"
+                data = steps.cell(key, lambda arm=arm, h=h, k=key: steps.build(family, arm, h, cfg.weak, k))
+                adapters[(arm, label)] = None
+                if data["dataset"] is not None:
                     adapter_id = f"{arm}-{name}-{label}-{data['dataset'][3:11]}"
-                    self._cell(f"adapter:{name}:{arm}:{label}", lambda d=data, a=adapter_id: self._train(d, a))
+                    steps.cell(f"adapter:{name}:{arm}:{label}", lambda d=data["dataset"], a=adapter_id: steps.train(d, a))
                     adapters[(arm, label)] = adapter_id
-        finally:
-            experts.shutdown()
-        instances = family.generate("test", **self.cfg.params)
-        for key in [c for c in cells(self.cfg) if c.split(":")[1] == name]:
+        instances = family.generate("test", **cfg.params)
+        for key in [c for c in cells(cfg) if c.split(":")[1] == name]:
             _, _, who, label, weights = key.split(":")
-            model = self.cfg.weak if who == "weak" else self.cfg.expert
-            if weights != "base" and adapters[(weights, label)]:
-                model = f"{model}@{adapters[(weights, label)]}"
-            self._cell(key, lambda m=model, h=harnesses[label], k=key: self._evaluate(instances, h, m, k))
-
-    def _evolve(self, family: Any) -> dict[str, Any]:
-        from coevolve.agents.meta import LLMProposer, make_evolution
-        from coevolve.services.pools.rollouts import PoolEvaluator
-
-        cfg = self.cfg
-        ec = cfg.evolve.evolve_config(family, model=cfg.weak, proposer=cfg.proposer, seed=cfg.seed, params=cfg.params)
-        rid = self.store.create_run("evolve", ec.to_json())
-        gateway = self.gateway
-        proposer = LLMProposer(cfg.proposer, gateway.complete, family.handbook,
-                                 windows=gateway.budget)
-        r = make_evolution(ec, PoolEvaluator(self.pool), proposer, self.store, rid).run()
-        self.store.finish_run(rid, "done", {"harness_id": r.harness_id})
-        return {"harness_id": r.harness_id, "run_id": rid, "val": [r.baseline_val, r.evolved_val],
-                "accepted": r.accepted, "rollouts": r.rollouts_used, "spend": r.spend}
-
-    def _build(self, family: Any, arm: str, harness: Any, experts: Any) -> dict[str, Any]:
-        from coevolve.agents.correction import DatasetBuilder
-        from coevolve.services.pools.backend import RayBackend
-        from coevolve.store.datasets import write_dataset
-
-        cfg = self.cfg
-        bc = cfg.data.build_config(arm, family.name, model=cfg.weak, expert=cfg.expert, judge=cfg.judge, seed=cfg.seed)
-        train = family.generate("train", **cfg.params)
-        builder = DatasetBuilder(bc, harness, train, RayBackend(self.pool, self.judges, experts))
-        student = builder.sample(cfg.weak)
-        expert_runs = builder.sample(cfg.expert) if arm == "imitation" else []
-        rows, stats = builder.build(student, expert_runs)
-        tokens = (sum(t.tokens for t in expert_runs) if arm == "imitation"
-                  else int(stats["usage"].get("expert", {}).get("tokens", 0)))
-        if not rows:  # e.g. the weak model no longer fails under this harness: nothing to learn from
-            return {"dataset": None, "rows": 0, "student_pass_rate": stats["student_pass_rate"], "expert_tokens": tokens,
-                    "usage": stats["usage"], "note": "the arm produced no rows: its adapter cell uses the base weights"}
-        rec = write_dataset(self.store.root, rows, {
-            "arm": arm, "config": bc.to_json(), "harness_id": harness.id, "run_id": self.run_id, **stats,
-            **({"params": dict(cfg.params)} if cfg.params else {}),
-            "expert_tokens": tokens, "expert_tokens_per_row": round(tokens / max(1, len(rows)), 1)})
-        keep = ("rows", "by_kind", "verified_share", "expert_tokens", "expert_tokens_per_row", "usage", "student_pass_rate")
-        return {"dataset": rec.id, **{k: rec.manifest.get(k) for k in keep}}
-
-    def _train(self, data: dict[str, Any], adapter_id: str) -> dict[str, Any]:
-        from coevolve.jobs.adapt import train_on
-
-        if any(a.id == adapter_id for a in self.store.list_adapters()):
-            return {"adapter": adapter_id}  # trained before a crash that came before its record
-        cfg = self.cfg
-        ref = train_on(self.store.root, data["dataset"], cfg.train.base or cfg.weak, cfg.train.backend, adapter_id,
-                       cfg.train.train_config())
-        return {"adapter": ref.id, "metrics": ref.metrics}
-
-    def _evaluate(self, instances: list[Any], harness: Any, model: str, key: str) -> dict[str, Any]:
-        from coevolve.services.pools.rollouts import RolloutJob
-
-        jobs = [RolloutJob(i, harness, model, self.cfg.seed + 10_000 + r) for r in range(self.cfg.repeats) for i in instances]
-        trajs = self.pool.run(jobs)
-        self.store.put_trajectories(self.run_id, trajs, batch=key)
-        return {"model": model, "harness_id": harness.id, **pass_rate(trajs).as_json()}
+            model = cfg.weak if who == "weak" else cfg.expert
+            if weights != "base":
+                model = with_adapter(model, adapters[(weights, label)])
+            steps.cell(key, lambda m=model, h=harnesses[label], k=key: {
+                "model": m, "harness_id": h.id, **steps.measure(instances, h, m, cfg.repeats, cfg.seed + SEED_TEST, k).as_json()})
 
     def summary(self) -> dict[str, Any]:
         rows = []

@@ -1,5 +1,5 @@
 """The meta-agent as one detached, named Ray actor (docs/ARCHITECTURE.md §4): it runs a co-evolution run
-(`coevolve.agents.meta.coevolve.CoEvolution`) with the executor pool, the judge and expert pools and the
+(`coevolve.pipeline.CoEvolution`) with the executor pool, the judge and expert pools and the
 trainer, records everything in the store, and answers `status()` and `stop()` while it works.
 Closing the client that started it does not stop it; `coevolve run --resume RUN_ID` starts a new one
 that continues from the store.
@@ -124,7 +124,7 @@ class MetaAgent:
             lease.release()
 
     def _cycles(self, store: Any) -> dict[str, Any]:
-        from coevolve.agents.meta.coevolve import CoEvolution
+        from coevolve.pipeline import CoEvolution
         from coevolve.services.pools.backend import RayBackend, StoreTrainer
         from coevolve.services.pools.roles import RolePool
         from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
@@ -139,7 +139,7 @@ class MetaAgent:
         trainer = StoreTrainer(store, p.train.base or p.weak.model, p.train.backend, p.train.train_config())
         backend = RayBackend(executor, judges, experts, proposer=p.proposer, trainer=trainer,
                              evaluate=self.meter.wrap(PoolEvaluator(executor).evaluate))
-        run = CoEvolution(p.cycle_settings(), store, self.run_id, backend,
+        run = CoEvolution(p, store, self.run_id, backend,
                           stop_requested=lambda: stop_requested(store, self.run_id),
                           on_status=lambda s: self.state.update(s))
         return run.run()

@@ -1,0 +1,152 @@
+"""Co-evolution (docs/ARCHITECTURE.md §1.5): the meta-agent's cycles, per family — the cycle schedule
+of the pipeline's steps (`coevolve.pipeline.steps`).
+
+Each cycle: evolve the harness around the current model (the weak model with the current adapter)
+-> build the on-policy correction set from that model's own rollouts under the current harness ->
+train a candidate adapter (on the base weights, with every correction row gathered so far) -> make it
+servable -> evaluate it on validation, paired with the current model on identical instances and seeds
+-> keep it only if the sign test accepts -> evolve the harness again around the adapted model. The
+family stops at the cycle budget, after `plateau` cycles without any accepted change, or at the run's
+budgets (rollouts, dollars, seconds) or a stop request; then the final harness and adapter are
+measured against the baseline on the test split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from coevolve.agents.backend import Backend
+from coevolve.agents.meta.loop import Journal
+from coevolve.analysis.stats import paired_difference
+from coevolve.pipeline.steps import SEED_TEST, Models, Steps
+from coevolve.values import Harness, with_adapter
+
+if TYPE_CHECKING:
+    from coevolve.config import RunProfile
+
+
+class Stopped(Exception):
+    pass
+
+
+class CoEvolution:
+    """Runs (or resumes) one `coevolve run` of the profile `profile` in its run `run_id` of `journal`."""
+
+    def __init__(self, profile: RunProfile, journal: Journal, run_id: str, backend: Backend,
+                 stop_requested: Callable[[], bool] = lambda: False,
+                 on_status: Callable[[dict[str, Any]], None] | None = None):
+        self.p = profile
+        self.run_id = run_id
+        self.stop_requested = stop_requested
+        self.on_status = on_status or (lambda d: None)
+        self.steps = Steps(journal, run_id, backend,
+                           Models(profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer),
+                           evolve=profile.evolve, data=profile.data, seed=profile.seed, params=profile.params,
+                           alpha=profile.alpha, before_cell=self._before_cell)
+        self.status: dict[str, Any] = {"stage": "starting"}
+
+    @property
+    def spend(self) -> Any:
+        return self.steps.spend
+
+    def _before_cell(self, key: str) -> None:
+        """A safe point: budgets and stop requests are honoured between cells."""
+        if self.stop_requested():
+            raise Stopped("stop requested")
+        b = self.p.budget
+        for name, used, limit in (("rollouts", self.spend.rollouts, b.rollouts), ("usd", self.spend.usd, b.usd),
+                                  ("seconds", self.spend.seconds, b.seconds)):
+            if used >= limit:
+                raise Stopped(f"budget:{name}")
+        self._set_status(stage=key)
+
+    def _set_status(self, **kw: Any) -> None:
+        self.status.update(kw)
+        self.status["spend"] = {"rollouts": self.spend.rollouts, "usd": round(self.spend.usd, 4),
+                                "seconds": round(self.spend.seconds, 1)}
+        b = self.p.budget
+        self.status["budget"] = {"rollouts": b.rollouts, "usd": b.usd, "seconds": b.seconds, "cycles": b.cycles}
+        self.on_status(dict(self.status))
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> dict[str, Any]:
+        reason = "done"
+        results = {}
+        try:
+            for family in self.p.families:
+                results[family] = self._family(family)
+        except Stopped as e:
+            reason = str(e)
+        self._set_status(stage="finished", stop_reason=reason)
+        return {"run_id": self.run_id, "stop_reason": reason, "families": results,
+                "spend": self.status["spend"], "cells": len(self.steps.done)}
+
+    def _family(self, name: str) -> dict[str, Any]:
+        from coevolve.tasks import get_family
+
+        steps, weak = self.steps, self.p.weak.model
+        family = get_family(name)
+        harness = family.baseline_harness()
+        steps.journal.put_harness(harness, rationale="family baseline")
+        adapter: str | None = None
+        quiet = 0
+        for cycle in range(self.p.budget.cycles):
+            self._set_status(family=name, cycle=cycle, harness_id=harness.id, adapter=adapter)
+            model = with_adapter(weak, adapter)
+            key = f"evolve:{name}:{cycle}"
+            ev = steps.cell(key, lambda h=harness, m=model, k=key, c=cycle: steps.evolve(family, h, m, k, self.p.seed + c))
+            changed_harness = ev["harness_id"] != harness.id
+            harness = steps.journal.get_harness(ev["harness_id"])
+            self._set_status(harness_id=harness.id)
+            key = f"data:{name}:{cycle}"
+            data = steps.cell(key, lambda h=harness, m=model, k=key: steps.build(family, "correction", h, m, k,
+                                                                                 self._rows_so_far(name)))
+            accepted = False
+            if data["dataset"] is not None:
+                adapter_id = f"coevolve-{name}-c{cycle}-{data['dataset'][3:11]}"
+                steps.cell(f"adapter:{name}:{cycle}", lambda d=data["dataset"], a=adapter_id: steps.train(d, a))
+                key = f"accept:{name}:{cycle}"
+                verdict = steps.cell(key, lambda h=harness, a=adapter_id, c=adapter, k=key: steps.accept(
+                    family, h, c, a, k, val_n=self.p.evolve.val_n, val_seeds=self.p.evolve.val_seeds))
+                if verdict["accepted"]:
+                    adapter, accepted = adapter_id, True
+                    self._set_status(adapter=adapter)
+            quiet = 0 if changed_harness or accepted else quiet + 1
+            if quiet >= self.p.budget.plateau:
+                break
+        final = steps.cell(f"final:{name}", lambda h=harness, a=adapter: self._final(family, h, a))
+        guards = [f"cycle {k.split(':')[2]}: {c['guard']}" for k, c in sorted(steps.done.items(), key=lambda kv: _cycle_order(kv[0]))
+                  if k.startswith(f"evolve:{name}:") and c.get("guard")]
+        return {**final, **({"release_guard": guards} if guards else {})}
+
+    def _rows_so_far(self, family: str) -> list[Any]:
+        """Every correction row of this family's earlier cycles: each cycle's dataset is cumulative, so
+        the latest one holds them all."""
+        from coevolve.store.datasets import read_rows
+
+        done = self.steps.done
+        cells = [done[k] for k in sorted(done, key=_cycle_order) if k.startswith(f"data:{family}:")]
+        with_rows = [c for c in cells if c.get("dataset")]
+        return read_rows(self.steps.journal.root, with_rows[-1]["dataset"]) if with_rows else []
+
+    def _final(self, family: Any, harness: Harness, adapter: str | None) -> dict[str, Any]:
+        """The baseline harness, the final harness, and the final harness with the final adapter, on the
+        whole test split at `repeats` seeds each."""
+        instances = family.generate("test", **self.p.params)
+        weak = self.p.weak.model
+        arms = {"baseline": (family.baseline_harness(), weak), "evolved": (harness, weak)}
+        if adapter is not None:
+            arms["evolved+adapter"] = (harness, with_adapter(weak, adapter))
+        rates = {label: self.steps.measure(instances, h, model, self.p.repeats, self.p.seed + SEED_TEST,
+                                           f"final:{family.name}:{label}")
+                 for label, (h, model) in arms.items()}
+        gain, ci = paired_difference(rates["baseline"], rates[list(arms)[-1]])
+        return {"harness_id": harness.id, "adapter": adapter,
+                "test": {k: {x: y for x, y in v.as_json().items() if x != "per_instance"} for k, v in rates.items()},
+                "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)]}
+
+
+def _cycle_order(key: str) -> tuple[str, int]:
+    parts = key.split(":")
+    return (parts[1], int(parts[2])) if len(parts) > 2 and parts[2].isdigit() else (parts[-1], -1)
