@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from coevolve.cli import run as run_cli
 from coevolve.cli.app import app
-from coevolve.cli.options import UsageError
 from coevolve.config import load_profile
+from coevolve.errors import BadInput
+from coevolve.jobs.run import resumed_profile
 from coevolve.jobs.meta_agent import stop_requested
 from coevolve.store.store import HarnessStore
 
@@ -86,10 +86,10 @@ def test_a_correction_finished_cells_depend_on_is_refused(monkeypatch, tmp_path,
 
 
 def test_resumable_fields_validate_like_any_override():
-    with pytest.raises(UsageError):
-        run_cli.resumed_profile(load_profile("local").model_dump(), ["evolve.val_n=3"], "r")
+    with pytest.raises(BadInput):
+        resumed_profile(load_profile("local").model_dump(), ["evolve.val_n=3"], "r")
     with pytest.raises(ValueError, match="rank"):
-        run_cli.resumed_profile(load_profile("local").model_dump(), ["train.config.rank=999"], "r")
+        resumed_profile(load_profile("local").model_dump(), ["train.config.rank=999"], "r")
 
 
 def test_a_profiles_context_windows_are_stored_with_the_run_and_reach_its_actors(monkeypatch):

@@ -59,3 +59,24 @@ def test_rays_own_resources_are_refused_as_custom_resources():
     with pytest.raises(ValueError, match="resource 'CPU' is one of Ray's own: set num_cpus"):
         load_profile("local", ["weak.resources={CPU: 2}"])
     assert load_profile("local", ["weak.resources={trainer: 1}"]).weak.resources == {"trainer": 1}
+
+
+def test_a_dry_run_of_the_cpu_profile_shows_its_difficulty_and_starts_nothing(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from coevolve.cli.app import app
+
+    def started(*args, **kwargs):
+        raise AssertionError("a dry run started a Ray head")
+
+    monkeypatch.setattr("coevolve.cluster.head.ensure_local_head", started)
+    monkeypatch.delenv("COEVOLVE_SERVE_URL", raising=False)
+    store = tmp_path / "store"
+    text = CliRunner().invoke(app, ["run", "cpu", "--dry-run", "--store", str(store)])
+    assert text.exit_code == 0, text.output
+    assert "params:\n  difficulty: 1\n  size: 1\n" in text.output
+    shown = CliRunner().invoke(app, ["run", "cpu", "params.difficulty=2", "--dry-run", "--json", "--store", str(store)])
+    assert json.loads(shown.output)["profile"]["params"] == {"difficulty": 2, "size": 1}
+    assert not store.exists()

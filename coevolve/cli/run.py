@@ -12,7 +12,6 @@ from coevolve.cli.options import DEFAULT_STORE, JsonOpt, StoreOpt, UsageError, c
 
 TERMINAL = ("done", "failed", "refused")
 FINISHED = ("done", "failed")  # stored statuses of a run that has ended (a stop has nothing to stop)
-STOPPED = "stop requested"  # the stop reason of a run ended by `coevolve stop`: it can be resumed
 PATIENCE = 5  # status polls (30 s each) a busy meta-agent may leave unanswered before the client gives up on it
 
 
@@ -48,6 +47,8 @@ def run_cmd(
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. budget.cycles=1 families='\\[iot]'")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="continue a run from the store")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="start the run and return; watch it with monitor/status")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="check the profile and print it as the run would use it; start"
+                                          " nothing (a vllm/ model's server is not asked)")] = False,
     store: StoreOpt = DEFAULT_STORE,
     as_json: JsonOpt = False,
 ) -> None:
@@ -55,82 +56,29 @@ def run_cmd(
 
     With no argument: the embedded default (profile `local`): local Ray, synthetic models for every role,
     all seven families at small sizes, ending with the report. Ctrl-C detaches; the run goes on."""
-    from coevolve.cluster.head import ensure_local_head, stop_head_if_idle
-    from coevolve.cluster.runtime import check_reachable, check_token
-    from coevolve.config import load_profile
-    from coevolve.jobs import meta_agent, use_store, validate_model
-    from coevolve.store.store import HarnessStore, is_fresh_store_dir
-    from coevolve.values import ModelRef
+    from coevolve.cluster.head import stop_head_if_idle
+    from coevolve.jobs.run import plan_run, start_run
 
     if config and "=" in config:  # `coevolve run key=value` without a profile
         overrides, config = [config, *(overrides or [])], None
-    use_store(store)
-    # Every check before the first write: a bad profile, override, model or address leaves no store behind.
-    fresh = is_fresh_store_dir(store)
-    existing = None if fresh else HarnessStore(store, create=False)  # unreadable store: fails here
-    if resume is not None:
-        if not resume.strip():
-            raise UsageError("--resume needs a run id (coevolve runs list --kind coevolve shows them)")
-        if existing is None:
-            raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
-        if config and "=" not in config:
-            raise UsageError("--resume continues a run with its own profile: give no profile, only key=value corrections")
-        run = existing.get_run(resume)
-        if run.kind != "coevolve":
-            raise UsageError(f"run {resume!r} is a {run.kind} run, not a coevolve run")
-        if run.status == "done" and (run.result or {}).get("stop_reason") != STOPPED:
-            raise UsageError(f"run {resume!r} is done; start a new run instead")
-        profile = resumed_profile(run.config, overrides or [], resume)
-    else:
-        profile = load_profile(config, overrides or ())
-        for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer):
-            if m.startswith("vllm/"):  # served by the run's own serve config: its form and adapter id checked here
-                ModelRef.parse(m)
-            else:
-                validate_model(m)
-    if profile.address:
-        check_token(profile.address)
-        check_reachable(profile.address)
-    _check_served(profile, store)
-    st = existing or HarnessStore(store, create=True)
-    if resume is not None:
-        run_id = resume
-        # a resume event: stop requests before it are answered; the run is pending again, so the head's keeper
-        # keeps the head up for the meta-agent that takes it over
-        st.append_event(run_id, "resume", {"overrides": list(overrides or []), "was": run.status})
-        if overrides:
-            st.update_run(run_id, config=profile.model_dump())
-        st.update_run(run_id, status="pending")
-    else:
-        run_id = st.create_run("coevolve", profile.model_dump())
-        st.update_run(run_id, status="pending")  # the meta-agent actor, not this client, owns the run
-    local_head = not profile.address
-    address = profile.address or ensure_local_head(store, run_id)[0]
-    from coevolve.cluster.runtime import start_ray
-
-    start_ray(address, log_to_driver=False)
-    actor = meta_agent.find(run_id)
-    if actor is not None and resume is not None and not meta_agent.at_work(actor):
-        import ray
-
-        ray.kill(actor)  # the meta-agent of the run's failed or stopped attempt: a new one takes the run over
-        deadline = time.monotonic() + 30
-        while meta_agent.find(run_id) is not None and time.monotonic() < deadline:  # its name is free once it is gone
-            time.sleep(0.2)
-        actor = None
-    if actor is None:
-        actor = meta_agent.launch(profile.model_dump(), str(Path(store).resolve()), run_id)
+    plan = plan_run(store, config, list(overrides or ()), resume, served=not dry_run)
+    if dry_run:
+        _say(as_json, {"resume": plan.resume, "profile": plan.profile.model_dump()},
+             yaml_text(plan.profile.model_dump()) + ("" if plan.resume is None else f"(resumes {plan.resume})"))
+        return
+    started = start_run(plan, store, list(overrides or ()))
+    run_id = started.run_id
     if detach:
-        _say(as_json, {"run_id": run_id, "address": address, "detached": True},
-             f"run {run_id} started on {address}; watch: coevolve monitor --store {store} | coevolve status {run_id}")
+        _say(as_json, {"run_id": run_id, "address": started.address, "detached": True},
+             f"run {run_id} started on {started.address}; watch: coevolve monitor --store {store} | coevolve status {run_id}")
         return
     try:
-        final = _follow(actor, run_id, store, quiet=as_json)
+        final = _follow(started.actor, run_id, store, quiet=as_json)
     except KeyboardInterrupt:
         typer.echo(f"detached from run {run_id}: it keeps running (coevolve status {run_id} | coevolve monitor | "
                    f"coevolve stop {run_id})", err=True)
         raise typer.Exit(130) from None
-    if local_head and final.get("stage") in TERMINAL:
+    if started.local_head and final.get("stage") in TERMINAL:
         import ray
 
         ray.shutdown()
@@ -143,40 +91,11 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-def resumed_profile(config: dict[str, Any], overrides: list[str], run_id: str) -> Any:
-    """The profile a resumed run continues with: its own, with `key=value` corrections of the fields that
-    no finished cell depends on (`RESUMABLE`); any other field is refused (UsageError)."""
-    from coevolve.config import RESUMABLE, RunProfile, validated
+def yaml_text(data: dict[str, Any]) -> str:
+    """A profile as YAML, in its fields' order."""
+    import yaml
 
-    for o in overrides:
-        key = o.split("=", 1)[0].strip()
-        if not any(key == f or key.startswith(f + ".") for f in RESUMABLE):
-            raise UsageError(f"--resume cannot change {key!r}: finished cells depend on it (a resumed run may "
-                             f"change {', '.join(RESUMABLE)})")
-    return validated(RunProfile, dict(config), overrides, "profile", f"run {run_id}")
-
-
-def _check_served(profile: Any, store: Path) -> None:
-    """A profile whose roles call `vllm/` models needs their server up before the run starts: refused
-    (UsageError naming the command that starts it) when none is known for the store or it does not answer,
-    so no run ends "done" with every rollout an infra failure."""
-    served = [m for m in (profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer) if m.startswith("vllm/")]
-    if not served:
-        return
-    import urllib.request
-
-    from coevolve.services.serving.app import ServingError, serve_url
-
-    start = f"coevolve serve --config {profile.serve.config or 'deploy/serve/<config>.yaml'} --store {store}"
-    try:
-        url = serve_url(store)
-    except ServingError:
-        raise UsageError(f"{served[0]} needs a vLLM server and none is known for store {store}: start it first "
-                         f"({start}) or set COEVOLVE_SERVE_URL") from None
-    try:
-        urllib.request.urlopen(f"{url}/v1/models", timeout=3).close()  # the server the store or environment names
-    except (OSError, ValueError) as e:
-        raise UsageError(f"the vLLM server {url} that {served[0]} needs does not answer ({e}): start it ({start})") from None
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def _follow(actor: Any, run_id: str, store: Path, quiet: bool) -> dict[str, Any]:
