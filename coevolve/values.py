@@ -78,8 +78,8 @@ class DecodingPolicy:
     - `temperature`: the sampling temperature; None sends none (the provider's default).
     - `max_tokens`: the reply's token cap; None sends none (the server's default).
 
-    The defaults are what every harness did before the policy existed, and a harness holding them
-    encodes (and so is identified) exactly as before.
+    The defaults send nothing (the provider's own behaviour), and a harness holding them encodes (and so
+    is identified) as a harness without a decoding policy.
     """
 
     tool_calls: str = "free"

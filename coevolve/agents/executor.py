@@ -24,7 +24,7 @@ and an env never sees two threads at once. Cheap pure-Python tools stay inline: 
 back costs more than they do. The pool is sized by `tool_threads` (default `COEVOLVE_TOOL_THREADS`,
 else 32): its threads only wait (on a subprocess, on the browser's own thread, on a remote model), and
 where the work behind them is serial per process (one sandbox fork server, one Playwright thread) more
-threads would only wait longer; 0 runs everything inline on the loop, as before.
+threads would only wait longer; 0 runs everything inline on the loop.
 
 **A user channel.** A family's environment may declare that the assistant's plain text is a message to a
 simulated user (`user_channel = True`, as tau2's conversations do), unless the harness offers the env's
@@ -39,7 +39,7 @@ message, in place of the instance's instruction). With the channel on:
   (`call_failed(name, error, raw_arguments)`), as is an empty message, and `end_turn() -> ended` closes it;
 - the env alone ends the conversation (its user, its limits); no finish tool is needed.
 The opening and, for an env with `blocking_user` set, every message to the user run on the tool threads.
-Every other family runs as before.
+A family without a user channel has none of this.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Role prompts that fit their model's context window (issue 24.8).
+"""Role prompts that fit their model's context window.
 
 A role (the proposer, the judge, the expert rewriter) builds its prompt from one JSON payload (the
 evidence, the transcript, the prefix). `fit` shrinks that payload until the prompt fits the role

@@ -1,5 +1,5 @@
-"""The judge (docs/ARCHITECTURE.md §4): locates the failing turn of a rollout, scores candidate rewrites and (with
-issue 9's taxonomy) classifies failures. A plain class: any model the gateway reaches (or
+"""The judge (docs/ARCHITECTURE.md §4): locates the failing turn of a rollout, scores candidate rewrites and
+classifies failures into the six categories of `FAILURE_CATEGORIES`. A plain class: any model the gateway reaches (or
 `synthetic/judge`) plays the role through `complete(model, messages, tools, seed) -> Completion`.
 
 Each answer is parsed and validated from the model's JSON; an unparseable or invalid answer is

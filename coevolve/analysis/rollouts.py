@@ -1,4 +1,4 @@
-"""Analysis of rollouts (issue 9): failure composition, the planning-style fingerprint and its drift,
+"""Analysis of rollouts: failure composition, the planning-style fingerprint and its drift,
 and agreement statistics for a judge against the testbed's answer key (locus accuracy beside the
 random-turn and first-error baselines, on all keyed failures and where the first-error rule is wrong).
 

@@ -18,6 +18,7 @@ from coevolve.cli.options import (
     echo_json,
     open_store,
 )
+from coevolve.config import DataSection
 from coevolve.values import is_synthetic
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
@@ -30,6 +31,7 @@ HarnessOpt = Annotated[str, typer.Option("--harness", help="harness id, prefix, 
 ModelOpt = Annotated[str, typer.Option("--model", help="the weak model (the student)")]
 ExpertOpt = Annotated[str, typer.Option("--expert", help="expert model (rewriter / imitation teacher)")]
 JudgeOpt = Annotated[str, typer.Option("--judge", help="judge model")]
+DATA = DataSection()  # the defaults of a dataset, as a run profile's `data` section has them
 RowsOpt = Annotated[int, typer.Option("--rows", help="target dataset size")]
 KOpt = Annotated[int, typer.Option("--k", help="rewrite candidates per failure")]
 SamplesOpt = Annotated[int, typer.Option("--samples", help="rollouts per train instance")]
@@ -100,9 +102,9 @@ def data_build(
     model: ModelOpt = "synthetic/weak",
     expert: ExpertOpt = "synthetic/expert",
     judge: JudgeOpt = "synthetic/judge",
-    rows: RowsOpt = 500,
-    k: KOpt = 3,
-    samples: SamplesOpt = 4,
+    rows: RowsOpt = DATA.rows,
+    k: KOpt = DATA.k,
+    samples: SamplesOpt = DATA.samples,
     require_verified: VerifiedOpt = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue an interrupted build run")] = None,
     workers: WorkersOpt = 2,
@@ -197,9 +199,9 @@ def adapt_cmd(
     model: ModelOpt = "synthetic/weak",
     expert: ExpertOpt = "synthetic/expert",
     judge: JudgeOpt = "synthetic/judge",
-    rows: RowsOpt = 500,
-    k: KOpt = 3,
-    samples: SamplesOpt = 4,
+    rows: RowsOpt = DATA.rows,
+    k: KOpt = DATA.k,
+    samples: SamplesOpt = DATA.samples,
     require_verified: VerifiedOpt = False,
     backend: Annotated[str, typer.Option("--backend", help="synthetic (synthetic models) or peft (real LoRA)")] = "",
     base: Annotated[str, typer.Option("--base", help="peft: the base model folder")] = "",

@@ -35,7 +35,7 @@ class OneLineUsageErrors(TyperGroup):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click_exceptions.UsageError as e:
-            if type(e).__name__ == "NoArgsIsHelpError":  # `coevolve` alone: the help, as before
+            if type(e).__name__ == "NoArgsIsHelpError":  # `coevolve` alone: the help
                 from typer import rich_utils
 
                 rich_utils.rich_format_error(e)

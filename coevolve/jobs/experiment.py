@@ -91,8 +91,8 @@ class ExperimentConfig(BaseModel):
         return self
 
     def to_json(self) -> dict[str, Any]:
-        """The run's config: `params` only when set, so an experiment at the defaults is recorded (and
-        resumed) exactly as before the field existed."""
+        """The run's config: `params` only when set, so an experiment at the defaults has the identity
+        (and resumes) as an experiment config without the field."""
         out = self.model_dump()
         if not self.params:
             del out["params"]

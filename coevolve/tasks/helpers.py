@@ -1,5 +1,4 @@
-"""The small-model level and the families' helper tools (issue 22, point 2;
-docs/results/real-weights-design.md).
+"""The small-model level and the families' helper tools (docs/results/real-weights-design.md).
 
 - `size=0` is every covered family's small-model level; `LEVELS` is the ladder the selection rule reads
   from the lowest up.

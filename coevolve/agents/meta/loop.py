@@ -19,7 +19,7 @@ the current harness failed can be wins. Before any rollout the loop journals a `
 logs it) when val_n x val_seeds pairs cannot reach m at all, and again after the starting harness's
 val evaluation when the pairs it failed are fewer than m: no edit can then be accepted from it.
 
-**The screen** (`screen` N > 0; 0, the default, is off and the loop is as before it existed). GEPA's
+**The screen** (`screen` N > 0; 0, the default, is off). GEPA's
 minibatch gate, in the loop's terms: after the proposals, each valid candidate first runs the first N
 jobs of this iteration's train batch that the current harness failed (the failures the proposer's
 evidence came from, in batch order; same instance, same seed `seed + iteration`), and goes on to the
@@ -145,11 +145,12 @@ class EvolveConfig:
         out = dataclasses.asdict(self)
         if not self.params:
             del out["params"]
-        if self.on_plateau == "stop":  # the behaviour before the option: journalled as before it existed
+        # a setting at its neutral value is left out, so configs journalled without it read back the same
+        if self.on_plateau == "stop":
             del out["on_plateau"]
-        if self.screen == 0:  # off, as before the option: journalled as before it existed
+        if self.screen == 0:
             del out["screen"]
-        if self.search == "loop":  # the sign-test loop, journalled as before the racing search existed
+        if self.search == "loop":
             del out["search"], out["race_chunk"]
         return out
 

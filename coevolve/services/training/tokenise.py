@@ -1,5 +1,5 @@
 """Training rows rendered to token ids and loss labels through the base model's own chat template, so that
-the model is trained on what it saw and wrote (issue 22.4):
+the model is trained on what it saw and wrote:
 
 - A row's messages and tools are what the rollout sent the server for its turns (the correction
   row's prefix is the context policy's view, and the tools those the environment offered:

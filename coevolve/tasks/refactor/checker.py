@@ -359,7 +359,7 @@ def check(env: RefactorEnv) -> Outcome:
         checks.append(run_checker_tests(w, files))
     else:
         checks.append(Requirement("tests_pass", False, "not run: the tests run only once the requirements above are met"))
-    # Score as before the per-requirement report: 0.9 x the share of checks met, where a changelog the task
+    # The score: 0.9 x the share of checks met, where a changelog the task
     # does not ask for counts as one met check.
     met = sum(r.passed for r in checks) + (changelog is None)
     score = round(0.9 * met / (len(checks) + (changelog is None)), 4)

@@ -105,8 +105,8 @@ def raw_tasks(domain: str) -> dict[str, dict[str, Any]]:
 @cache
 def splits(domain: str) -> dict[str, tuple[str, ...]]:
     """train/val/test task ids (see the module docstring for how val is carved) and `base`, tau2's
-    leaderboard set in tau2's order (every task when the wheel's split file has no `base`, as before
-    tau2 wrote one)."""
+    leaderboard set in tau2's order (every task when the wheel's split file has no `base`: older tau2
+    wheels do not write one)."""
     tau2_splits = json.loads((data_dir(domain) / "split_tasks.json").read_text())
     train, test = [str(i) for i in tau2_splits["train"]], [str(i) for i in tau2_splits["test"]]
     known = raw_tasks(domain)
