@@ -66,7 +66,7 @@ def warm_up(base: Path, out: Path, store: Path, n: int | None = None) -> dict[st
     from coevolve.cluster.runtime import start_ray
     from coevolve.services.serving.models import merge_adapter
     from coevolve.services.training.job import adapter_dir, train_adapter
-    from coevolve.services.training.rows import dataset_hash
+    from coevolve.store.datasets import dataset_hash
     from coevolve.store.store import HarnessStore
 
     rows, stats = warmup_rows(n=n)

@@ -51,7 +51,14 @@ def _root(store_root: str | Path) -> Path:
 
 
 def _jsonl(rows: Sequence[TrainingRow]) -> str:
+    """The rows' canonical JSONL (keys sorted, no spaces): what a dataset's `rows.jsonl` holds and its id hashes."""
     return "".join(json.dumps(r.to_json(), sort_keys=True, separators=(",", ":")) + "\n" for r in rows)
+
+
+def dataset_hash(rows: Sequence[TrainingRow]) -> str:
+    """The sha256 of the rows' canonical JSONL: a dataset's manifest `sha256`, and an adapter's
+    `dataset_hash` (the rows it was trained on, however they reached training)."""
+    return hashlib.sha256(_jsonl(rows).encode()).hexdigest()
 
 
 def _parquet_rows(rows: Sequence[TrainingRow]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from coevolve.services.training.job import (
 from coevolve.services.training.job import _check_adapter_id as _check_adapter_id
 from coevolve.services.training.job import _check_base as _check_base
 from coevolve.services.training.loop import TrainConfig, run_peft_loop
-from coevolve.services.training.rows import TrainingError, dataset_hash, load_rows, trained_under
+from coevolve.services.training.rows import TrainingError, load_rows, trained_under
 from coevolve.services.training.synthetic import SYNTHETIC_ADAPTER_FILE
 from coevolve.services.training.tokenise import (
     IGNORE,
@@ -34,6 +34,7 @@ from coevolve.services.training.tokenise import (
     training_sequences,
 )
 from coevolve.services.training.tokenise import _template_messages as _template_messages
+from coevolve.store.datasets import dataset_hash
 
 __all__ = [
     "ADAPTERS_DIR",

@@ -3,7 +3,7 @@ takes the rows in once, picks the backend and registers the adapter in the store
 
 - Rows enter once: a dataset of the store (a `DatasetRecord`, `coevolve.store.datasets`) is read by the
   dataset layer, which checked its rows and records their hash; rows from anywhere else (a JSONL file,
-  rows or dicts) are validated and hashed here (`rows.load_rows`, `rows.dataset_hash`).
+  rows or dicts) are validated and hashed here (`rows.load_rows`, `coevolve.store.datasets.dataset_hash`).
 - `backend="peft"`: a Ray Train `TorchTrainer` job (`ScalingConfig(num_workers=1, use_gpu=False)` on
   CPU) running the peft LoRA loop (`loop.run_peft_loop`) on the rows rendered with the base model's own
   chat template as vLLM renders them at inference (`tokenise`). What crosses into the job is where the
@@ -38,7 +38,6 @@ import structlog
 from coevolve.services.training.loop import TrainConfig, run_peft_loop
 from coevolve.services.training.rows import (
     TrainingError,
-    dataset_hash,
     load_rows,
     read_rows_file,
     require_learnable,
@@ -47,7 +46,7 @@ from coevolve.services.training.rows import (
 )
 from coevolve.services.training.synthetic import train_synthetic
 from coevolve.services.training.tokenise import training_sequences
-from coevolve.store.datasets import DatasetRecord, read_rows
+from coevolve.store.datasets import DatasetRecord, dataset_hash, read_rows
 from coevolve.values import AdapterRef, TrainingRow, check_adapter_id
 
 log = structlog.get_logger(role="trainer")

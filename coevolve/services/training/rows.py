@@ -1,11 +1,10 @@
-"""Training rows where they enter training: loaded and validated once (`load_rows`), hashed as the dataset
-layer hashes them (`dataset_hash`), written to and read from the JSONL file a training job's workers read
-(`write_rows_file`, `read_rows_file`), and what their provenance says they were collected under
-(`trained_under`)."""
+"""Training rows where they enter training: loaded and validated once (`load_rows`), hashed by the dataset
+layer's `dataset_hash` (`coevolve.store.datasets`: one digest for the store and training), written to and
+read from the JSONL file a training job's workers read (`write_rows_file`, `read_rows_file`), and what
+their provenance says they were collected under (`trained_under`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -107,16 +106,6 @@ def trained_under(rows: Sequence[TrainingRow]) -> dict[str, Any]:
         counts[key] = counts.get(key, 0) + 1
     harnesses = [{"harness_id": hid, "decoding": policies[p], "rows": n} for (hid, p), n in counts.items()]
     return {**({"harnesses": harnesses} if harnesses else {}), **({"rows_without_harness": without} if without else {})}
-
-
-def dataset_hash(rows: Sequence[TrainingRow]) -> str:
-    """The sha256 of the rows' canonical JSONL: the hash the dataset layer records for the same rows
-    (`coevolve.store.datasets`, the manifest's `sha256`)."""
-    h = hashlib.sha256()
-    for r in rows:
-        h.update(json.dumps(r.to_json(), sort_keys=True, separators=(",", ":")).encode())
-        h.update(b"\n")
-    return h.hexdigest()
 
 
 def write_rows_file(path: Path, rows: Sequence[TrainingRow]) -> None:
