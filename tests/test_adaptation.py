@@ -220,6 +220,44 @@ def test_a_build_resumed_from_its_journal_gives_the_same_rows_in_the_same_order(
     assert [r.to_json() for r in rows] == [r.to_json() for r in expected]
 
 
+# ------------------------------------------------------------------ one transfer per failure
+def test_a_failures_trajectory_is_encoded_once_for_all_its_role_calls(monkeypatch):
+    """The judge's locate and k scores and the expert's rewrite of one failure read one object-store copy
+    of its trajectory, not k + 2 encodings of it."""
+    from collections import Counter
+
+    from coevolve.services.pools import backend as ray_backend
+    from coevolve.values import Trajectory
+    from tests.test_experiment_params import InProcessPool, InProcessRoles
+
+    encoded: Counter[str] = Counter()
+    encode = ray_backend.encode
+
+    def counted(value):
+        if isinstance(value, Trajectory):
+            encoded[value.id] += 1
+        return encode(value)
+
+    class Roles(InProcessRoles):
+        calls = 0
+
+        def call(self, method, *args):
+            Roles.calls += 1
+            return super().call(method, *args)
+
+    class Pool(InProcessPool):
+        put = staticmethod(lambda value: value)  # the object store's part: the value stands for its reference
+
+    monkeypatch.setattr(ray_backend, "encode", counted)
+    cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=8, samples=1, k=3)
+    backend = ray_backend.RayBackend(Pool(), Roles("judge", cfg.judge), Roles("expert", cfg.expert))
+    builder = DatasetBuilder(cfg, H, FAM.generate("train", 24), backend)
+    _, stats = builder.build(builder.sample(cfg.model))
+    assert stats["by_kind"].get("corrected"), stats  # failures were located, rewritten and scored
+    assert encoded and set(encoded.values()) == {1}
+    assert Roles.calls >= (2 + cfg.k) * stats["by_kind"]["corrected"]  # each copy served its failure's k + 2 calls
+
+
 # ------------------------------------------------------------------ actor loss during a build
 @pytest.mark.slow  # ~30 s of actor kills and replacements
 def test_killing_judge_and_expert_actors_mid_build_loses_nothing(ray_session, tmp_path):

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from coevolve.cli.app import app
 from coevolve.config import load_profile
 from coevolve.errors import BadInput
-from coevolve.jobs.run import resumed_profile
 from coevolve.jobs.meta_agent import stop_requested
+from coevolve.jobs.run import resumed_profile
 from coevolve.store.store import HarnessStore
 
 

@@ -5,6 +5,7 @@ training interface)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,8 @@ from coevolve.services.pools.roles import RolePool
 from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
 from coevolve.store.store import HarnessStore
 from coevolve.values import FailureLocus, Harness, Trajectory
+
+SHARED = 64  # failures whose trajectory a backend keeps in the object store (a build corrects `concurrency` at once)
 
 
 class RayBackend(CycleRoles):
@@ -34,6 +37,8 @@ class RayBackend(CycleRoles):
         self.judges = judges
         self.experts = experts
         self._evaluate = evaluate or PoolEvaluator(rollouts).evaluate
+        self._refs: dict[int, tuple[Trajectory, Any]] = {}  # id(trajectory) -> (it, its object-store ref)
+        self._lock = threading.Lock()
 
     def evaluate(self, jobs: Sequence[Job], model: str) -> list[Trajectory]:
         return self._evaluate(jobs, model)
@@ -42,14 +47,27 @@ class RayBackend(CycleRoles):
         return self.rollouts.replay(traj, harness, turn, forced)
 
     def locate(self, traj: Trajectory) -> tuple[FailureLocus, Usage]:
-        locus, used = self._pool(self.judges, "judge").call("locate", encode(traj))
+        locus, used = self._pool(self.judges, "judge").call("locate", self._shared(traj))
         return decode(locus), used
 
     def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], Usage]:
-        return self._pool(self.experts, "expert").call("rewrite", encode(traj), encode(locus), k)
+        return self._pool(self.experts, "expert").call("rewrite", self._shared(traj), encode(locus), k)
 
     def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], Usage]:
-        return self._pool(self.judges, "judge").call("score", encode(traj), encode(locus), candidate)
+        return self._pool(self.judges, "judge").call("score", self._shared(traj), encode(locus), candidate)
+
+    def _shared(self, traj: Trajectory) -> Any:
+        """A failure's trajectory encoded and put in the object store once for all its role calls (the
+        judge's locate and k scores, the expert's rewrite), kept for the `SHARED` latest failures. Keyed
+        by the object, which the cache holds, so a key is never another trajectory's."""
+        with self._lock:
+            held = self._refs.pop(id(traj), None)
+            if held is None:
+                held = (traj, self.rollouts.put(encode(traj)))
+            self._refs[id(traj)] = held  # the latest last
+            while len(self._refs) > SHARED:
+                self._refs.pop(next(iter(self._refs)))
+            return held[1]
 
     @staticmethod
     def _pool(pool: RolePool | None, role: str) -> RolePool:

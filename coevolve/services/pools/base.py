@@ -233,6 +233,12 @@ class ActorPool:
         self._nodes[actor] = actor.node_id.remote()
         return actor
 
+    @staticmethod
+    def put(value: bytes) -> Any:
+        """`value` in Ray's object store: a reference any number of calls can take as an argument (Ray
+        hands each actor the value), so it is sent once however many calls read it."""
+        return ray.put(value)
+
     def call(self, method: str, *args: Any) -> Any:
         """`method(*args)` on the next actor, re-run on a replacement while the actor it ran on is lost."""
         while True:
