@@ -21,7 +21,7 @@ from coevolve.values import FailureLocus, Harness, TaskInstance, Trajectory
 
 Job = tuple[TaskInstance, Harness, int]  # one rollout: instance, harness, seed
 Rollouts = Callable[[Sequence[Job], str], list[Trajectory]]  # jobs, model -> trajectories in job order
-Usage = dict[str, Any]  # the model usage one role call cost
+CallUsage = dict[str, Any]  # the model usage one role call cost
 
 
 class Trainer(Protocol):
@@ -42,15 +42,15 @@ class Backend(Protocol):
         """`traj` resumed with `forced` as its assistant turn `turn` (the replay check)."""
         ...
 
-    def locate(self, traj: Trajectory) -> tuple[FailureLocus, Usage]:
+    def locate(self, traj: Trajectory) -> tuple[FailureLocus, CallUsage]:
         """The judge: the turn where a failed rollout went wrong."""
         ...
 
-    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], Usage]:
+    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], CallUsage]:
         """The expert, with the handbook of the rollout's family: k candidates for the failing turn."""
         ...
 
-    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], Usage]:
+    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], CallUsage]:
         """The judge: a candidate turn's verdict (`valid`, `score`, `why`)."""
         ...
 

@@ -69,7 +69,7 @@ class BuildConfig:
 
 
 @dataclass
-class Usage:
+class BuildUsage:
     """Model spend per role while building (tokens, dollars, calls)."""
 
     roles: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
@@ -177,7 +177,7 @@ class DatasetBuilder:
         self.journal = journal or (lambda kind, payload: None)
         self.done = dict(done or {})
         self.on_progress = on_progress
-        self.usage = Usage()
+        self.usage = BuildUsage()
         self.cut_failures = 0  # failures corrected here whose judge or expert prompt was cut to fit
         self._lock = threading.Lock()
 

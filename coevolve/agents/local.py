@@ -11,7 +11,7 @@ import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from coevolve.agents.backend import CycleRoles, Job, PerFamily, Trainer, Usage, missing
+from coevolve.agents.backend import CallUsage, CycleRoles, Job, PerFamily, Trainer, missing
 from coevolve.agents.executor import Executor, Resume
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge, RoleUsage
@@ -94,17 +94,17 @@ class LocalBackend(CycleRoles):
     def replay(self, traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
         return self.evaluator.replay(traj, harness, turn, forced)
 
-    def locate(self, traj: Trajectory) -> tuple[FailureLocus, Usage]:
+    def locate(self, traj: Trajectory) -> tuple[FailureLocus, CallUsage]:
         used = RoleUsage()
         return self._judge().locate(traj, usage=used), used.as_json()
 
-    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], Usage]:
+    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], CallUsage]:
         if self.experts is None:
             raise missing("expert")
         used = RoleUsage()
         return self.experts(traj.instance.family).rewrite(traj, locus, k, seed=traj.seed, usage=used), used.as_json()
 
-    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], Usage]:
+    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], CallUsage]:
         used = RoleUsage()
         return self._judge().score(traj, locus, candidate, usage=used), used.as_json()
 

@@ -3,6 +3,6 @@ accept, each a journal cell) and the meta-agent's cycle schedule (`cycle.CoEvolu
 study's grid schedule (`coevolve.jobs.experiment.Experiment`) runs the same steps."""
 
 from coevolve.pipeline.cycle import CoEvolution, Stopped
-from coevolve.pipeline.steps import SEED_ACCEPT, SEED_TEST, InfraFailure, Models, Spend, Steps
+from coevolve.pipeline.steps import SEED_ACCEPT, SEED_TEST, InfraFailure, Models, RunSpend, Steps
 
-__all__ = ["SEED_ACCEPT", "SEED_TEST", "CoEvolution", "InfraFailure", "Models", "Spend", "Steps", "Stopped"]
+__all__ = ["SEED_ACCEPT", "SEED_TEST", "CoEvolution", "InfraFailure", "Models", "RunSpend", "Steps", "Stopped"]

@@ -8,7 +8,7 @@ is a *cell* recorded in the run's journal with its evidence (key -> payload): a 
 finished cells and redoes a half-finished one from its own checkpoints (a harness evolution resumes
 from its run's checkpoints), so the same seed gives the same harness, datasets and adapters.
 
-Spend is journaled with the work it pays for: every rollout the run pays for is stored (the run's own
+RunSpend is journaled with the work it pays for: every rollout the run pays for is stored (the run's own
 under its cell's key, its harness evolutions' in their runs), and the store indexes each stored
 batch's rollouts in the transaction that stores it. The run's rollout count and rollout dollars are
 those of the distinct rollouts stored by the run and its evolutions (`rollout_spend`), and a redone
@@ -49,7 +49,7 @@ class InfraFailure(RuntimeError):
 
 
 @dataclass
-class Spend:
+class RunSpend:
     """What a run has used: its rollouts (and their dollars), the proposer's dollars, wall-clock seconds."""
 
     rollouts: int = 0  # distinct rollouts the run (and its evolutions) stored, plus those in flight
@@ -100,7 +100,7 @@ class Steps:
         self.before_cell = before_cell
         self.done: dict[str, dict[str, Any]] = {e.payload["cell"]: e.payload for e in journal.events(run_id, "cell")}
         spent = [e.payload for e in journal.events(run_id, "spend")]
-        self.spend = Spend(seconds_before=spent[-1]["seconds"] if spent else 0.0)
+        self.spend = RunSpend(seconds_before=spent[-1]["seconds"] if spent else 0.0)
         self.spend.proposer_usd = sum(self._proposer_usd(c) for k, c in self.done.items() if k.startswith("evolve:"))
         self._sync_spend()
         self.rollouts_seen = 0

@@ -88,6 +88,8 @@ class Budget:
 
 @dataclass
 class Spend:
+    """What one harness evolution has used (its checkpoint and result carry it)."""
+
     iterations: int = 0
     rollouts: int = 0
     proposer_tokens: int = 0

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coevolve.agents.backend import CycleRoles, Job, Rollouts, Trainer, Usage, missing
+from coevolve.agents.backend import CallUsage, CycleRoles, Job, Rollouts, Trainer, missing
 from coevolve.agents.meta.proposer import LLMProposer
 from coevolve.codec import decode, encode
 from coevolve.services.gateway import Gateway
@@ -46,14 +46,14 @@ class RayBackend(CycleRoles):
     def replay(self, traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
         return self.rollouts.replay(traj, harness, turn, forced)
 
-    def locate(self, traj: Trajectory) -> tuple[FailureLocus, Usage]:
+    def locate(self, traj: Trajectory) -> tuple[FailureLocus, CallUsage]:
         locus, used = self._pool(self.judges, "judge").call("locate", self._shared(traj))
         return decode(locus), used
 
-    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], Usage]:
+    def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], CallUsage]:
         return self._pool(self.experts, "expert").call("rewrite", self._shared(traj), encode(locus), k)
 
-    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], Usage]:
+    def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], CallUsage]:
         return self._pool(self.judges, "judge").call("score", self._shared(traj), encode(locus), candidate)
 
     def _shared(self, traj: Trajectory) -> Any:
