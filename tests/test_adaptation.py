@@ -245,12 +245,9 @@ def test_a_failures_trajectory_is_encoded_once_for_all_its_role_calls(monkeypatc
             Roles.calls += 1
             return super().call(method, *args)
 
-    class Pool(InProcessPool):
-        put = staticmethod(lambda value: value)  # the object store's part: the value stands for its reference
-
     monkeypatch.setattr(ray_backend, "encode", counted)
     cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=8, samples=1, k=3)
-    backend = ray_backend.RayBackend(Pool(), Roles("judge", cfg.judge), Roles("expert", cfg.expert))
+    backend = ray_backend.RayBackend(InProcessPool(), Roles("judge", cfg.judge), Roles("expert", cfg.expert))
     builder = DatasetBuilder(cfg, H, FAM.generate("train", 24), backend)
     _, stats = builder.build(builder.sample(cfg.model))
     assert stats["by_kind"].get("corrected"), stats  # failures were located, rewritten and scored

@@ -115,11 +115,10 @@ def data_build(
     as_json: JsonOpt = False,
 ) -> None:
     """Build one arm's training rows (JSONL + Parquet, content-addressed, in the store)."""
-    from coevolve.jobs.adapt import build_dataset, validate_build
+    from coevolve.jobs.adapt import build_dataset
 
     _check_resume(resume, store, "data", "a data build")
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
-    validate_build(req, store)
     out = build_dataset(req, store, resume=resume, progress=_Stage(not as_json))
     echo_json(out) if as_json else _print_manifest(out)
 

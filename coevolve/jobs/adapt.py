@@ -76,9 +76,9 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
     from coevolve.store.store import HarnessStore
     from coevolve.tasks import get_family
 
-    store = HarnessStore(store_path, create=True)
     cfg = req.config
-    harness = validate_build(req, store_path)
+    harness = validate_build(req, store_path)  # before the first write: bad input leaves no store behind
+    store = HarnessStore(store_path, create=True)
     if resume:
         run = resumed_run(store, resume, "data", "a data build")
         if run.status == "done" and run.result.get("id"):
