@@ -138,3 +138,23 @@ def test_a_resumed_evolution_reuses_the_rollouts_it_stored_after_its_last_checkp
 
     trajs = store.get_trajectories(crashing.run_id)
     assert len({rollout_key(t.instance, t.harness_id, t.model, t.seed) for t in trajs}) == len(trajs)
+
+
+def test_a_redone_cell_runs_only_what_it_had_not_stored_and_reads_back_whole(tmp_path):
+    from coevolve.config import DataSection, EvolveSection
+    from coevolve.pipeline import Models, Steps
+    from coevolve.pipeline.steps import cell_rollouts
+
+    store = HarnessStore(tmp_path)
+    rid = store.create_run("coevolve", {"test": True})
+    evaluator = Counted()
+    steps = Steps(store, rid, LocalBackend(evaluator), Models("synthetic/weak", "synthetic/expert", "synthetic/judge",
+                  "synthetic/meta"), evolve=EvolveSection(), data=DataSection(), seed=0, params={}, alpha=0.1)
+    fam = get_family("iot")
+    jobs = [(i, fam.baseline_harness(), 7) for i in fam.generate("test", 6)]
+    first = steps.rollouts(jobs[:4], "synthetic/weak", "final:iot:baseline")  # stored before a kill
+    again = steps.rollouts(jobs, "synthetic/weak", "final:iot:baseline")  # the redone cell
+    assert evaluator.ran == 6 and again[:4] == first  # only the two it had not stored ran
+    assert [name for name, _, _ in store.trajectory_batches(rid)] == ["final:iot:baseline", "final:iot:baseline+4"]
+    assert sorted(t.id for t in cell_rollouts(store, rid, "final:iot:baseline")) == sorted(t.id for t in again)
+    assert store.rollout_spend([rid])[0] == 6 == steps.spend.rollouts

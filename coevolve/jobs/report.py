@@ -21,6 +21,7 @@ from typing import Any
 from coevolve.analysis.rollouts import FINGERPRINT, composition, drift, fingerprint, hard_failures
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from coevolve.errors import BadInput
+from coevolve.pipeline.steps import cell_rollouts
 from coevolve.values import FAILURE_CATEGORIES, is_synthetic
 
 ARMS = (("weak", "base"), ("weak", "imitation"), ("weak", "correction"), ("expert", "base"))
@@ -90,7 +91,7 @@ def gather(store: Any, run_id: str, judge_model: str | None = None) -> dict[str,
                 key = f"eval:{family}:{who}:{label}:{weights}"
                 if key not in cells:
                     continue
-                trajs = store.get_trajectories(run_id, key)
+                trajs = cell_rollouts(store, run_id, key)
                 fps[(who, weights)] = fingerprint(trajs, tools)
                 for t in trajs:
                     data["cost"]["eval"]["tokens"] += t.tokens

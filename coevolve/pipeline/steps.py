@@ -251,6 +251,13 @@ class Steps:
                 "val_candidate": pass_rate(cand).pass_at_1}
 
 
+def cell_rollouts(store: Any, run_id: str, batch: str) -> list[Trajectory]:
+    """Every rollout `Steps.rollouts` stored in `store` (a HarnessStore) under `batch` (a redone cell's
+    remainder is `batch+N`), in the order stored."""
+    names = [name for name, _, _ in store.trajectory_batches(run_id) if name == batch or name.startswith(f"{batch}+")]
+    return [t for name in names for t in store.get_trajectories(run_id, name)]
+
+
 def _dedup(rows: Sequence[Any]) -> list[Any]:
     """`rows` without repeats of the same messages and tools, first kept."""
     from coevolve.agents.correction import row_key
