@@ -68,7 +68,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from coevolve.agents.context import ELIDED, approx_tokens
@@ -562,16 +562,6 @@ def fit_tool_result(budget: Budget, messages: Messages, tools: Sequence[dict[str
         return note, f"a handbook result of {len(result)} chars replaced by a note (no room left)"
     clipped = clip_prefix(result, room)
     return clipped, f"a handbook result clipped from {len(result)} to {len(clipped)} chars"
-
-
-@dataclass
-class CutLog:
-    """Cuts gathered over one role call (the prompt's and its tool rounds')."""
-
-    lines: list[str] = field(default_factory=list)
-
-    def add(self, *lines: str | None) -> None:
-        self.lines += [x for x in lines if x]
 
 
 # ------------------------------------------------------------------------------------ notes for a run's end
