@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from coevolve import defaults
 from coevolve.errors import BadInput
 
 if TYPE_CHECKING:
@@ -168,10 +169,10 @@ class EvolveSection(BaseModel):
         description="harness-evolution steps at most (a step: one parent, its proposals raced, the guard fed); the"
         " rollout budget ends the search first when it is the smaller; every shipped profile and experiment sets its own")
     rollouts: int = Field(1500, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
-    val_n: int = Field(30, ge=1, le=MAX_SIZE, description="validation instances the search compares candidates on (at"
+    val_n: int = Field(defaults.VAL_N, ge=1, le=MAX_SIZE, description="validation instances the search compares candidates on (at"
                        " most the family's val split less a third, which the release guard draws its fresh pairs from)")
-    val_seeds: int = Field(2, ge=1, le=MAX_SIZE, description="seeds each validation instance is evaluated at")
-    train_batch: int = Field(20, ge=1, le=MAX_SIZE, description="train instances an iteration collects failures from")
+    val_seeds: int = Field(defaults.VAL_SEEDS, ge=1, le=MAX_SIZE, description="seeds each validation instance is evaluated at")
+    train_batch: int = Field(defaults.TRAIN_BATCH, ge=1, le=MAX_SIZE, description="train instances an iteration collects failures from")
 
     def check_fits(self, families: list[str], alpha: float) -> None:
         """Refuse a rollout budget too small for the racing search to take one release-guard decision in
@@ -205,9 +206,9 @@ class DataSection(BaseModel):
     experiment config."""
 
     model_config = ConfigDict(extra="forbid")
-    rows: int = Field(200, ge=1, le=MAX_SIZE, description="target rows of a dataset (fewer when the train split yields fewer)")
-    samples: int = Field(2, ge=1, le=MAX_SIZE, description="rollouts per train instance")
-    k: int = Field(3, ge=1, le=MAX_SIZE, description="rewrite candidates per failure")
+    rows: int = Field(defaults.ROWS, ge=1, le=MAX_SIZE, description="target rows of a dataset (fewer when the train split yields fewer)")
+    samples: int = Field(defaults.SAMPLES, ge=1, le=MAX_SIZE, description="rollouts per train instance")
+    k: int = Field(defaults.K, ge=1, le=MAX_SIZE, description="rewrite candidates per failure")
 
     def build_config(self, arm: str, family: str, *, model: str, expert: str, judge: str, seed: int) -> BuildConfig:
         """The settings of one `arm` dataset of `family` for the student `model`."""

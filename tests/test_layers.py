@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "coevolve"
 
 # Lowest floor first; a module stands on the floor of the longest prefix listed here.
 FLOORS = [
-    ("coevolve.errors", "coevolve.values", "coevolve.codec", "coevolve.text", "coevolve.settings"),
+    ("coevolve.errors", "coevolve.defaults", "coevolve.values", "coevolve.codec", "coevolve.text", "coevolve.settings"),
     ("coevolve.llm", "coevolve.edits"),
     ("coevolve.store",),
     ("coevolve.sandbox",),

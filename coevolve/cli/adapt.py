@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from coevolve import defaults
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, TESTBED_NOTICE, synthetic_adapters
 from coevolve.cli.options import (
     DEFAULT_STORE,
@@ -18,7 +19,6 @@ from coevolve.cli.options import (
     echo_json,
     open_store,
 )
-from coevolve.config import DataSection
 from coevolve.values import is_synthetic
 
 data_app = typer.Typer(no_args_is_help=True, help="Training datasets for the adaptation arms.")
@@ -31,7 +31,6 @@ HarnessOpt = Annotated[str, typer.Option("--harness", help="harness id, prefix, 
 ModelOpt = Annotated[str, typer.Option("--model", help="the weak model (the student)")]
 ExpertOpt = Annotated[str, typer.Option("--expert", help="expert model (rewriter / imitation teacher)")]
 JudgeOpt = Annotated[str, typer.Option("--judge", help="judge model")]
-DATA = DataSection()  # the defaults of a dataset, as a run profile's `data` section has them
 RowsOpt = Annotated[int, typer.Option("--rows", help="target dataset size")]
 KOpt = Annotated[int, typer.Option("--k", help="rewrite candidates per failure")]
 SamplesOpt = Annotated[int, typer.Option("--samples", help="rollouts per train instance")]
@@ -102,9 +101,9 @@ def data_build(
     model: ModelOpt = "synthetic/weak",
     expert: ExpertOpt = "synthetic/expert",
     judge: JudgeOpt = "synthetic/judge",
-    rows: RowsOpt = DATA.rows,
-    k: KOpt = DATA.k,
-    samples: SamplesOpt = DATA.samples,
+    rows: RowsOpt = defaults.ROWS,
+    k: KOpt = defaults.K,
+    samples: SamplesOpt = defaults.SAMPLES,
     require_verified: VerifiedOpt = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue an interrupted build run")] = None,
     workers: WorkersOpt = 2,
@@ -198,9 +197,9 @@ def adapt_cmd(
     model: ModelOpt = "synthetic/weak",
     expert: ExpertOpt = "synthetic/expert",
     judge: JudgeOpt = "synthetic/judge",
-    rows: RowsOpt = DATA.rows,
-    k: KOpt = DATA.k,
-    samples: SamplesOpt = DATA.samples,
+    rows: RowsOpt = defaults.ROWS,
+    k: KOpt = defaults.K,
+    samples: SamplesOpt = defaults.SAMPLES,
     require_verified: VerifiedOpt = False,
     backend: Annotated[str, typer.Option("--backend", help="synthetic (synthetic models) or peft (real LoRA)")] = "",
     base: Annotated[str, typer.Option("--base", help="peft: the base model folder")] = "",

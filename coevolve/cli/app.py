@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from coevolve import defaults
 from coevolve.cli.options import (
     DEFAULT_STORE,
     MAX_CANDIDATES,
@@ -29,9 +30,7 @@ from coevolve.cli.options import (
     open_store,
     say_error,
 )
-from coevolve.config import EvolveSection
 
-EVOLVE = EvolveSection()  # the defaults of a harness evolution, as a run profile's `evolve` section has them
 app = typer.Typer(
     cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True, help="Co-evolve an agent harness and its weights."
 )
@@ -152,8 +151,8 @@ def evolve_cmd(
     budget_tokens: Annotated[int, typer.Option("--budget-tokens", help="proposer tokens")] = 2_000_000,
     budget_usd: Annotated[float, typer.Option("--budget-usd")] = 25.0,
     budget_seconds: Annotated[float, typer.Option("--budget-seconds")] = 4 * 3600.0,
-    train_batch: Annotated[int, typer.Option("--train-batch")] = EVOLVE.train_batch,
-    val_n: Annotated[int, typer.Option("--val-n", help="val instances the search compares on (race: the rest of the val split is the release guard's)")] = EVOLVE.val_n,
+    train_batch: Annotated[int, typer.Option("--train-batch")] = defaults.TRAIN_BATCH,
+    val_n: Annotated[int, typer.Option("--val-n", help="val instances the search compares on (race: the rest of the val split is the release guard's)")] = defaults.VAL_N,
     search: Annotated[str, typer.Option("--search", help="race: pool, racing and guarded release; loop: the paired sign-test loop")] = "race",
     candidates: Annotated[int, typer.Option("--candidates", help="edits proposed per iteration")] = 3,
     rule: Annotated[str, typer.Option("--rule", help="acceptance rule: sign or bootstrap")] = "sign",
@@ -162,7 +161,7 @@ def evolve_cmd(
     on_plateau: Annotated[str, typer.Option("--on-plateau", help="at a plateau: stop, or continue with fresh train batches until a budget ends the run")] = "stop",
     screen: Annotated[int, typer.Option("--screen", help=f"0..{MAX_SCREEN}: a candidate reaches val only if it passes one of the first N train failures it was proposed from (GEPA's minibatch gate; 0: off)")] = 0,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="evaluate candidates on all of val")] = False,
-    val_seeds: Annotated[int, typer.Option("--val-seeds", help="seeds per val instance in paired comparisons")] = EVOLVE.val_seeds,
+    val_seeds: Annotated[int, typer.Option("--val-seeds", help="seeds per val instance in paired comparisons")] = defaults.VAL_SEEDS,
     no_handbook: Annotated[bool, typer.Option("--no-handbook", help="the proposer works without the handbook")] = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue a killed run")] = None,
     workers: Annotated[int, typer.Option("--workers")] = 2,
