@@ -233,6 +233,7 @@ class TrainConfig(BaseModel):
     )
     lr: float = Field(1e-4, gt=0, le=1.0, description="AdamW learning rate (constant)")
     epochs: int = Field(2, ge=1, description="passes over the rows; one checkpoint after each")
+    checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints within an epoch (0: none)")
     max_seq_len: int = Field(2048, ge=16, description="rows longer than this are truncated (loss too)")
     batch_size: int = Field(1, ge=1, description="rows per optimizer step")
     repeat: int = Field(1, ge=1, description="copies of the row set per epoch (small sets, memorising)")

@@ -282,12 +282,13 @@ def test_a_full_row_shows_each_later_turn_the_servers_prompt_until_the_policy_el
     """A passing rollout's row (loss on every turn) as training sequences: before the context policy
     first elides something, the tokens before each loss-bearing turn are that turn's server prompt (in
     free mode in one sequence, the template being prefix-stable and its pieces tokenising as the whole;
-    in constrained mode one sequence per turn)."""
+    in constrained mode one sequence per turn, which the loop packs into one tree whose branches each
+    follow their turn's prompt)."""
     from coevolve.agents.correction import full_row
-    from coevolve.services.training import IGNORE, encode_row, training_sequences
+    from coevolve.services.training import IGNORE, encode_for_training, encode_row, training_sequences
 
     rollouts, tok = recorded
-    checked = 0
+    checked = branched = 0
     for r in (r for r in rollouts if r["first_turn"] == 0):
         traj, harness = r["trajectory"], r["harness"]
         elided = elided_turns(traj, harness)
@@ -298,10 +299,16 @@ def test_a_full_row_shows_each_later_turn_the_servers_prompt_until_the_policy_el
             runs = [i for i, lab in enumerate(enc.labels) if lab != IGNORE and (i == 0 or enc.labels[i - 1] == IGNORE)]
             starts += [enc.input_ids[:i] for i in runs]
         assert len(starts) == len(r["prompts"])
+        # and as the loop trains it: a constrained row tree-packed, each branch after its own server prompt
+        packed = encode_for_training(full_row(traj, harness, "self-pass"), tok, max_seq_len=1 << 30)
+        contexts = sorted((e.context(s) for e in packed for s, _, _ in e.branches), key=len) or starts
+        branched += sum(len(e.branches) for e in packed)
+        assert len(contexts) == len(r["prompts"])
         for turn in range(upto):
             assert starts[turn] == r["prompts"][turn], (r["mode"], turn)
+            assert contexts[turn] == r["prompts"][turn], (r["mode"], turn)
             checked += 1
-    assert checked >= 4
+    assert checked >= 4 and branched >= 4
 
 
 def test_a_constrained_answer_is_trained_as_the_text_the_model_generated(recorded):

@@ -87,6 +87,128 @@ def test_loss_mask_is_exactly_the_marked_assistant_turns(template, tiny_tokenize
     assert all(lab in (-100, tid) for lab, tid in zip(enc.labels, enc.input_ids, strict=True))
 
 
+def _constrained_row(turns: int = 3):
+    from coevolve.values import TrainingRow
+    from tests.lifecycle_rows import SYSTEM, TOOLS, call
+
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Audit m3 and report."}]
+    for t in range(turns):
+        messages.append({"role": "assistant", "content": "", "train": True, "tool_calls": [
+            call("query_readings", {"sql": f"SELECT * FROM readings WHERE id > {t * 7}"}, f"c{t}")]})
+        messages.append({"role": "tool", "tool_call_id": f"c{t}", "content": f'[{{"id": {t}, "temp": {80 + t}}}]'})
+    return TrainingRow(tuple(messages[:-1]), tuple(TOOLS), {"decoding": {"tool_calls": "constrained"}})
+
+
+def test_a_constrained_row_is_one_tree_whose_branches_see_exactly_each_turns_own_prompt(tiny_tokenizer):
+    """Packed, each trained turn's tokens follow the very prompt its own per-turn sequence has, at the
+    same positions; a cut at max_seq_len drops the turns whose context would not fit."""
+    from coevolve.services.training import IGNORE, encode_for_training, encode_row, training_sequences
+
+    row = _constrained_row()
+    split = [encode_row(s, tiny_tokenizer, max_seq_len=1 << 30) for s in training_sequences(row)]
+    (packed,) = encode_for_training(row, tiny_tokenizer, max_seq_len=1 << 30)
+    assert len(packed.branches) == 3 and packed.loss_tokens == sum(e.loss_tokens for e in split)
+    pos = packed.positions()
+    for start, end, attach in packed.branches:
+        own = next(e for e in split if e.labels.index(packed.labels[start]) == attach
+                   and e.input_ids[attach:attach + end - start] == packed.input_ids[start:end])
+        assert packed.context(start) == own.input_ids[:attach]
+        assert pos[start:end] == list(range(attach, attach + end - start))
+        assert all(lab != IGNORE for lab in packed.labels[start:end])
+    assert sum(lab != IGNORE for lab in packed.labels[: packed.branches[0][0]]) == 0  # the trunk carries none
+
+    first, second, _ = sorted(packed.branches, key=lambda b: b[2])
+    (cut,) = encode_for_training(row, tiny_tokenizer, max_seq_len=second[2] + 3)
+    assert sorted((a, e - s) for s, e, a in cut.branches) == [(first[2], first[1] - first[0]), (second[2], 3)]
+    assert min(s for s, _, _ in cut.branches) == second[2]  # the trunk ends where the longest kept context does
+
+
+def test_a_packed_row_has_the_gradient_of_its_per_turn_sequences(tiny_model, tiny_tokenizer):
+    """One tree-packed step equals the per-turn sequences' summed token losses (Hugging Face's own loss on
+    each), normalised by the row's loss tokens, in loss and in every gradient; batched with a shorter
+    row (padding), the two rows' tokens weigh alike."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from coevolve.services.training import encode_for_training, encode_row, training_sequences
+    from coevolve.services.training.loop import batch_loss
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    row = _constrained_row()
+    (packed,) = encode_for_training(row, tiny_tokenizer, max_seq_len=1 << 30)
+
+    def grads():
+        g = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        return g
+
+    loss = batch_loss(model, [packed], tiny_tokenizer.eos_token_id, "cpu")
+    loss.backward()
+    got = grads()
+    split = [encode_row(s, tiny_tokenizer, max_seq_len=1 << 30) for s in training_sequences(row)]
+    ref = sum(model(input_ids=torch.tensor([e.input_ids]), labels=torch.tensor([e.labels])).loss * e.loss_tokens
+              for e in split) / packed.loss_tokens
+    ref.backward()
+    want = grads()
+    assert abs(loss.item() - ref.item()) < 1e-5
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
+
+    plain = encode_row(_constrained_row(turns=1), tiny_tokenizer)
+    both = batch_loss(model, [packed, plain], tiny_tokenizer.eos_token_id, "cpu")
+    alone = batch_loss(model, [plain], tiny_tokenizer.eos_token_id, "cpu")
+    expect = (loss * packed.loss_tokens + alone * plain.loss_tokens) / (packed.loss_tokens + plain.loss_tokens)
+    assert abs(both.item() - expect.item()) < 1e-5
+
+
+def test_a_loop_stopped_mid_epoch_resumes_from_its_step_checkpoint_to_the_same_adapter(tmp_path, tiny_model):
+    """Checkpoints every 2 steps; a run killed after its second mid-epoch checkpoint, restored from it,
+    ends with the uninterrupted run's adapter, losses and step count (dropout on: the RNG resumes too)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from coevolve.config import TrainConfig
+    from coevolve.services.training import load_rows, run_peft_loop
+
+    rows = load_rows([*target_rows(), multi_turn_row(), _constrained_row()])
+    cfg = TrainConfig(epochs=2, lr=1e-3, dropout=0.1, checkpoint_every=2, repeat=2)
+
+    def run(out, restore_from=None, stop_at=None):
+        seen = []
+
+        def report(metrics, folder):
+            seen.append(metrics["step"])
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.copytree(folder, out)
+            if stop_at is not None and len(seen) == stop_at:
+                raise KeyboardInterrupt
+
+        state = run_peft_loop(str(tiny_model), rows, cfg, restore=lambda: restore_from, report=report)
+        return state, seen
+
+    whole, steps = run(tmp_path / "whole")
+    per_epoch = cfg.steps_per_epoch(whole["sequences"])
+    assert per_epoch > 4
+    epoch = [*range(2, per_epoch, 2), per_epoch]
+    assert steps == epoch + [per_epoch + k for k in epoch]
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", stop_at=len(epoch) + 1)  # after step per_epoch + 2, mid-way through epoch 2
+    resumed, steps = run(tmp_path / "end", restore_from=str(tmp_path / "cut"))
+    assert steps == [per_epoch + k for k in epoch[1:]]
+    assert (resumed["resumed_from_epoch"], resumed["resumed_from_step"]) == (1, per_epoch + 2)
+    assert resumed["step"] == whole["step"] and resumed["tokens"] == whole["tokens"]
+    assert resumed["losses"] == pytest.approx(whole["losses"], rel=1e-5)
+    a = load_file(str(tmp_path / "whole" / "adapter" / "adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "end" / "adapter" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], msg=k)
+
+
 def test_tool_call_turn_tokens_match_what_vllm_would_prompt(tiny_tokenizer):
     """The prompt part of an encoded row equals the tokenised generation prompt vLLM builds."""
     from coevolve.services.training import encode_row, load_rows

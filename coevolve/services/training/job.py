@@ -45,7 +45,6 @@ from coevolve.services.training.rows import (
     write_rows_file,
 )
 from coevolve.services.training.synthetic import train_synthetic
-from coevolve.services.training.tokenise import training_sequences
 from coevolve.store.datasets import DatasetRecord, dataset_hash, read_rows
 from coevolve.values import AdapterRef, TrainingRow, check_adapter_id
 
@@ -119,7 +118,7 @@ def train_adapter(
     docstring).
 
     `store` is a `HarnessStore` (or its directory). The peft backend needs Ray running
-    (`coevolve.cluster.runtime.start_ray`); rerunning after a crash resumes from the last epoch checkpoint.
+    (`coevolve.cluster.runtime.start_ray`); rerunning after a crash resumes from the last checkpoint.
     """
     if backend not in BACKENDS:
         raise TrainingError(f"unknown training backend {backend!r} (choose from {', '.join(BACKENDS)})")
@@ -221,8 +220,8 @@ def _train_peft(
     stop = threading.Event()
     watcher = None
     if progress is not None:
-        n_seq = sum(len(training_sequences(r)) for r in data.rows)
-        progress({"step": 0, "total": cfg.steps_per_epoch(n_seq) * cfg.epochs, "epoch": 0, "loss": None})
+        # about one sequence per row (`encode_for_training`); the loop's own progress has the exact total
+        progress({"step": 0, "total": cfg.steps_per_epoch(len(data.rows)) * cfg.epochs, "epoch": 0, "loss": None})
 
         def watch() -> None:
             last = None
@@ -267,7 +266,7 @@ def _train_peft(
         "tokens": state["tokens"],
         "resumed_from_epoch": state.get("resumed_from_epoch"),
         "sequences": state.get("sequences"),
-        **({"sequences_cut": state["sequences_cut"]} if state.get("sequences_cut") else {}),
+        **({"rows_cut": state["rows_cut"]} if state.get("rows_cut") else {}),
         "wall_s": round(time.perf_counter() - t0, 3),
         "tokens_per_s": (result.metrics or {}).get("tokens_per_s"),
     }

@@ -1,8 +1,9 @@
 """The bare peft LoRA SFT loop over encoded rows, with its settings (`TrainConfig`, defined with the
 configuration tree in `coevolve.config`): what a Ray Train worker runs (`coevolve.services.training.job`)
-and what the throughput bench runs in-process beside it. Every
-epoch ends with a checkpoint (adapter, optimizer, step count) handed to the caller, which persists it;
-a checkpoint handed back at the start resumes the loop from it."""
+and what the throughput bench runs in-process beside it. Every epoch ends, and every
+`checkpoint_every` steps within one, with a checkpoint (adapter, optimizer, torch's RNG, step counts
+and losses so far) handed to the caller, which persists it; a checkpoint handed back at the start
+resumes the loop from it, to the same result (an epoch's order follows from the seed and the epoch)."""
 
 from __future__ import annotations
 
@@ -16,25 +17,61 @@ from typing import Any
 
 from coevolve.config import TrainConfig
 from coevolve.services.training.rows import TrainingError
-from coevolve.services.training.tokenise import IGNORE, EncodedRow, encode_row, training_sequences
+from coevolve.services.training.tokenise import IGNORE, EncodedRow, encode_for_training
 from coevolve.values import TrainingRow
 
 
-def _collate(batch: list[EncodedRow], pad_id: int) -> dict[str, Any]:
+def _collate(batch: list[EncodedRow], pad_id: int) -> tuple[dict[str, Any], Any]:
+    """The model's inputs for `batch`, and the targets of the logits it keeps.
+
+    Positions and, where a sequence is tree-packed or padded, a boolean attention mask (True: may
+    attend) come from each `EncodedRow`; a padding query attends to itself only, so no softmax row is
+    empty. Only the logits that predict a loss-bearing token are computed (`logits_to_keep`, the union
+    over the batch); targets[b, j] is what row b's kept logit j predicts, IGNORE where nothing."""
     import torch
 
     width = max(len(r.input_ids) for r in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    lab = torch.full((len(batch), width), IGNORE, dtype=torch.long)
-    att = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, r in enumerate(batch):
+    pos = torch.zeros((len(batch), width), dtype=torch.long)
+    masked = any(r.branches or len(r.input_ids) < width for r in batch)
+    mask = torch.zeros((len(batch), 1, width, width), dtype=torch.bool) if masked else None
+    predicted: list[dict[int, int]] = []
+    for b, r in enumerate(batch):
         n = len(r.input_ids)
-        ids[i, :n] = torch.tensor(r.input_ids)
-        lab[i, :n] = torch.tensor(r.labels)
-        att[i, :n] = 1
-    if bool(att.all()):  # no padding: let attention take its unmasked (faster) path
-        return {"input_ids": ids, "labels": lab}
-    return {"input_ids": ids, "labels": lab, "attention_mask": att}
+        ids[b, :n] = torch.tensor(r.input_ids)
+        pos[b, :n] = torch.tensor(r.positions())
+        if mask is not None:
+            m = torch.ones((n, n), dtype=torch.bool).tril_()
+            for start, end, attach in r.branches:
+                m[start:end, attach:start] = False
+            mask[b, 0, :n, :n] = m
+            mask[b, 0, range(n, width), range(n, width)] = True
+        by_predictor = {p: lab for p, lab in zip(r.predictors(), r.labels, strict=True) if lab != IGNORE}
+        if len(by_predictor) != r.loss_tokens:
+            raise TrainingError("two loss-bearing tokens of one training sequence share a predicting position")
+        predicted.append(by_predictor)
+    keep = sorted({p for by in predicted for p in by})
+    column = {p: j for j, p in enumerate(keep)}
+    targets = torch.full((len(batch), len(keep)), IGNORE, dtype=torch.long)
+    for b, by in enumerate(predicted):
+        for p, lab in by.items():
+            targets[b, column[p]] = lab
+    inputs = {"input_ids": ids, "position_ids": pos, "logits_to_keep": torch.tensor(keep, dtype=torch.long)}
+    if mask is not None:
+        inputs["attention_mask"] = mask
+    return inputs, targets
+
+
+def batch_loss(model: Any, batch: list[EncodedRow], pad_id: int, device: Any) -> Any:
+    """The mean cross-entropy over `batch`'s loss-bearing tokens."""
+    import torch
+
+    inputs, targets = _collate(batch, pad_id)
+    logits = model(**{k: v.to(device) for k, v in inputs.items()}).logits
+    targets = targets.to(device)
+    return torch.nn.functional.cross_entropy(
+        logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"
+    ) / (targets != IGNORE).sum()
 
 
 def run_peft_loop(
@@ -53,8 +90,8 @@ def run_peft_loop(
     bench baseline. `rows` are taken as they are (validated where they entered training).
 
     `restore()` returns a checkpoint folder to resume from (or None); `report(metrics, folder)` is called
-    after each epoch with a folder holding `adapter/` and `trainer_state.pt` (the caller persists it; None
-    on workers other than rank 0). Rank 0 writes `{step, total, epoch, loss}` to `progress_path` as it goes.
+    at each checkpoint (module docstring) with a folder holding `adapter/`, `trainer_state.pt` and
+    `state.json` (the caller persists it; None on workers other than rank 0). Rank 0 writes `{step, total, epoch, loss}` to `progress_path` as it goes.
     """
     import torch
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
@@ -65,15 +102,18 @@ def run_peft_loop(
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(base)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    encoded = [encode_row(s, tokenizer, cfg.max_seq_len) for r in rows for s in training_sequences(r)]
     # a sequence cut at max_seq_len before its loss-bearing turn has nothing to learn (and a loss over
-    # no tokens is NaN): it is left out, and counted
-    cut = sum(1 for e in encoded if not e.loss_tokens)
-    encoded = [e for e in encoded if e.loss_tokens]
+    # no tokens is NaN): it is left out, and the rows left with nothing are counted
+    encoded: list[EncodedRow] = []
+    cut = 0
+    for r in rows:
+        seqs = [e for e in encode_for_training(r, tokenizer, cfg.max_seq_len) if e.loss_tokens]
+        cut += not seqs
+        encoded += seqs
     if not encoded:
         raise TrainingError(
-            f"every one of the {cut} training sequences is longer than max_seq_len {cfg.max_seq_len} before its"
-            " trained turn: raise max_seq_len"
+            f"every one of the {cut} training rows is longer than max_seq_len {cfg.max_seq_len} before its"
+            " trained turns: raise max_seq_len"
         )
 
     device = torch.device("cuda", torch.cuda.current_device()) if cfg.use_gpu else torch.device("cpu")
@@ -89,8 +129,10 @@ def run_peft_loop(
     optim = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
+    # epoch_step / epoch_losses: the current epoch's steps taken and their losses (a mid-epoch checkpoint)
     state = {"epoch": 0, "step": 0, "losses": [], "tokens": 0, "resumed_from_epoch": None,
-             "sequences": len(encoded), "sequences_cut": cut}
+             "resumed_from_step": None, "epoch_step": 0, "epoch_losses": [],
+             "sequences": len(encoded), "rows_cut": cut}
     ckpt = restore()
     if ckpt:
         ck = Path(ckpt)
@@ -99,8 +141,11 @@ def run_peft_loop(
         )
         trainer_state = torch.load(ck / "trainer_state.pt", weights_only=False, map_location=device)
         optim.load_state_dict(trainer_state["optimizer"])  # moves its state to the parameters' device
+        if "rng" in trainer_state:  # dropout draws go on as if the run had not stopped
+            torch.set_rng_state(trainer_state["rng"])
         state.update(json.loads((ck / "state.json").read_text()))
         state["resumed_from_epoch"] = state["epoch"]
+        state["resumed_from_step"] = state["step"]
     if wrap_model is not None:
         model = wrap_model(model)
     model.train()
@@ -109,16 +154,35 @@ def run_peft_loop(
     total = per_epoch * cfg.epochs
     t_train = 0.0
     tokens_run = 0
+
+    def checkpoint(loss: float) -> None:
+        with tempfile.TemporaryDirectory(prefix="coevolve-ckpt-") as d:
+            base_model = model.module if hasattr(model, "module") else model
+            if rank == 0:
+                base_model.save_pretrained(Path(d) / "adapter")
+                torch.save({"optimizer": optim.state_dict(), "rng": torch.get_rng_state()},
+                           Path(d) / "trainer_state.pt")
+                (Path(d) / "state.json").write_text(json.dumps(state))
+            metrics = {
+                "epoch": state["epoch"],
+                "step": state["step"],
+                "loss": loss,
+                "tokens": state["tokens"],
+                "train_s": t_train,
+                "tokens_per_s": tokens_run / t_train if t_train else 0.0,
+            }
+            report(metrics, d if rank == 0 else None)
+
     for epoch in range(state["epoch"], cfg.epochs):
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
         order = torch.randperm(len(encoded) * cfg.repeat, generator=gen).tolist()
         order = [order[i] % len(encoded) for i in range(rank, len(order), world)]
-        epoch_losses = []
-        for b in range(per_epoch):
+        epoch_losses = state["epoch_losses"]
+        for b in range(state["epoch_step"], per_epoch):
             batch = [encoded[j] for j in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]] or [encoded[0]]
             t0 = time.perf_counter()
-            out = model(**{k: v.to(device) for k, v in _collate(batch, pad_id).items()})
-            out.loss.backward()
+            loss = batch_loss(model, batch, pad_id, device)
+            loss.backward()
             optim.step()
             optim.zero_grad(set_to_none=True)
             t_train += time.perf_counter() - t0
@@ -126,7 +190,7 @@ def run_peft_loop(
             tokens_run += n_tok
             state["tokens"] += n_tok
             state["step"] += 1
-            epoch_losses.append(float(out.loss.detach()))
+            epoch_losses.append(float(loss.detach()))
             if progress_path and rank == 0 and (b % 5 == 0 or b == per_epoch - 1):
                 tmp = f"{progress_path}.tmp"
                 Path(tmp).write_text(
@@ -135,21 +199,11 @@ def run_peft_loop(
                     )
                 )
                 os.replace(tmp, progress_path)
+            if cfg.checkpoint_every and (b + 1) % cfg.checkpoint_every == 0 and b + 1 < per_epoch:
+                state["epoch_step"] = b + 1
+                checkpoint(epoch_losses[-1])
         state["epoch"] = epoch + 1
         state["losses"].append(sum(epoch_losses) / len(epoch_losses))
-        with tempfile.TemporaryDirectory(prefix="coevolve-ckpt-") as d:
-            base_model = model.module if hasattr(model, "module") else model
-            if rank == 0:
-                base_model.save_pretrained(Path(d) / "adapter")
-                torch.save({"optimizer": optim.state_dict()}, Path(d) / "trainer_state.pt")
-                (Path(d) / "state.json").write_text(json.dumps(state))
-            metrics = {
-                "epoch": state["epoch"],
-                "step": state["step"],
-                "loss": state["losses"][-1],
-                "tokens": state["tokens"],
-                "train_s": t_train,
-                "tokens_per_s": tokens_run / t_train if t_train else 0.0,
-            }
-            report(metrics, d if rank == 0 else None)
+        state["epoch_step"], state["epoch_losses"] = 0, []
+        checkpoint(state["losses"][-1])
     return {**state, "train_s": t_train, "tokens_run": tokens_run, "steps_total": total}

@@ -15,9 +15,12 @@ the model is trained on what it saw and wrote:
   names `decoding.tool_calls: constrained`) the one call as the JSON text the structured-output
   grammar makes it write (`constrained_answer`). Either way through its end-of-turn token.
 - In constrained mode the server shows an earlier call in its `<tool_call>` form, not as the JSON
-  written, so a row with several loss-bearing turns is trained as one sequence per such turn
-  (`training_sequences`): each turn's context is then the server's, at the price of the shared
-  prefix's tokens once per turn.
+  written, so a row with several loss-bearing turns cannot be one plain sequence: each such turn's
+  context is the server's prompt for it (`training_sequences`). `encode_for_training` packs them
+  into one tree-shaped sequence: the last turn's prompt is the trunk (every earlier turn's prompt is
+  a token prefix of it), and each turn's answer is a branch that attends to the trunk up to its own
+  prompt's length and to itself, at the positions it had after that prompt (`EncodedRow.branches`).
+  The shared prefix is then computed once per row, not once per turn, with the same per-token loss.
 """
 
 from __future__ import annotations
@@ -41,12 +44,41 @@ def is_constrained(row: TrainingRow) -> bool:
 
 @dataclass(frozen=True)
 class EncodedRow:
+    """A training sequence: tokens, and labels (the token itself where it carries loss, else IGNORE).
+
+    A tree-packed sequence has `branches`: branch `(start, end, attach)` is the tokens
+    `input_ids[start:end]`, which follow `input_ids[:attach]` (the trunk, everything before the first
+    branch) and nothing else: they attend to the trunk's first `attach` tokens and to their own branch,
+    at positions `attach, attach + 1, ...`, and the first is predicted from the trunk's token
+    `attach - 1`."""
+
     input_ids: list[int]
-    labels: list[int]  # IGNORE where no loss
+    labels: list[int]
+    branches: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def loss_tokens(self) -> int:
         return sum(1 for x in self.labels if x != IGNORE)
+
+    def positions(self) -> list[int]:
+        pos = list(range(len(self.input_ids)))
+        for start, end, attach in self.branches:
+            pos[start:end] = range(attach, attach + end - start)
+        return pos
+
+    def predictors(self) -> list[int]:
+        """For each token, the index of the token whose logits predict it (-1 for the first)."""
+        pred = [i - 1 for i in range(len(self.input_ids))]
+        for start, _, attach in self.branches:
+            pred[start] = attach - 1
+        return pred
+
+    def context(self, i: int) -> list[int]:
+        """The tokens the model sees before token `i`."""
+        for start, end, attach in self.branches:
+            if start <= i < end:
+                return self.input_ids[:attach] + self.input_ids[start:i]
+        return self.input_ids[:i]
 
 
 def _template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,6 +141,48 @@ def training_sequences(row: TrainingRow) -> list[TrainingRow]:
     return out
 
 
+def _loss_span(enc: EncodedRow) -> tuple[int, int] | None:
+    """The first and one past the last loss-bearing index of `enc`, or None when nothing carries loss."""
+    at = [i for i, x in enumerate(enc.labels) if x != IGNORE]
+    return (at[0], at[-1] + 1) if at else None
+
+
+def encode_for_training(row: TrainingRow, tokenizer: Any, max_seq_len: int) -> list[EncodedRow]:
+    """The sequences `row` is trained as, each cut at `max_seq_len` tokens of context and after its
+    last loss-bearing token (what follows it changes no loss): `encode_row`'s one sequence or, for a
+    constrained row with several loss-bearing turns, one tree-packed sequence (module docstring). A turn
+    whose prompt is not a token prefix of the last turn's (no chat template seen so far does that)
+    is a sequence of its own."""
+    parts = training_sequences(row)
+    if len(parts) == 1:
+        enc = encode_row(row, tokenizer, max_seq_len)
+        span = _loss_span(enc)
+        return [EncodedRow(enc.input_ids[: span[1]], enc.labels[: span[1]]) if span else enc]
+    turns = []  # (prompt, answer ids, answer labels)
+    for part in parts:
+        enc = encode_row(part, tokenizer, max_seq_len=1 << 30)
+        span = _loss_span(enc)
+        if span:
+            a, b = span
+            turns.append((enc.input_ids[:a], enc.input_ids[a:b], enc.labels[a:b]))
+    if not turns:
+        return []
+    last = turns[-1][0]
+    tree = [t for t in turns if last[: len(t[0])] == t[0]]  # the last turn's own is always one
+    out = [EncodedRow((p + a)[:max_seq_len], ([IGNORE] * len(p) + lab)[:max_seq_len])
+           for p, a, lab in turns if last[: len(p)] != p]
+    kept = [(p, a[:k], lab[:k]) for p, a, lab in [tree[-1], *tree[:-1]] if (k := min(len(a), max_seq_len - len(p))) > 0]
+    if kept:
+        ids = last[: max(len(p) for p, _, _ in kept)]
+        labels, branches = [IGNORE] * len(ids), []
+        for prompt, answer, lab in kept:
+            branches.append((len(ids), len(ids) + len(answer), len(prompt)))
+            ids += answer
+            labels += lab
+        out.insert(0, EncodedRow(ids, labels, tuple(branches)))
+    return out
+
+
 def _render(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool
 ) -> str:
@@ -120,8 +194,9 @@ def _render(
 def _end_token_ids(tokenizer: Any) -> set[int]:
     ids = set()
     for tok in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", tokenizer.eos_token):
-        if tok and tok in tokenizer.get_vocab():
-            ids.add(tokenizer.convert_tokens_to_ids(tok))
+        i = tokenizer.convert_tokens_to_ids(tok) if tok else None
+        if i is not None and tokenizer.convert_ids_to_tokens(i) == tok:  # an unknown token maps to unk
+            ids.add(i)
     return ids
 
 
