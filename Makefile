@@ -84,7 +84,7 @@ level-selection: $(STAMP) .coevolve/models/$(MODEL)/config.json
 
 # The design's warm-up (§4 step 6): a LoRA on payroll, stock and website reference trajectories (L0, L1,
 # train split) merged into SmolLM2's weights as .coevolve/models/smollm2-warm. Trains with both cores:
-# run it when no cell is in flight. Resumable (the adapter job resumes from its last epoch).
+# run it when no cell is in flight. Resumable (the adapter job resumes from its last checkpoint, every 20 steps).
 warmup: .coevolve/models/smollm2-warm/config.json
 
 .coevolve/models/smollm2-warm/config.json: $(SMOLLM2)/config.json

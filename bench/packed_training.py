@@ -4,13 +4,15 @@ The warm-up's rows (`bench/warmup.py`) are constrained, most with several traine
 each row as one tree-packed sequence and computes only the logits that predict a loss-bearing token
 (`coevolve.services.training.encode_for_training`, `loop.batch_loss`); the baseline is the form it replaces:
 one sequence per trained turn (`training_sequences` + `encode_row`), each with Hugging Face's own loss
-over every logit. Both sides run forward + backward on the same LoRA model (the warm-up's rank and
-alpha), the same threads, on a seeded sample of rows, alternating which side goes first per row.
+over every logit. Both sides run forward + backward on the same LoRA model (the loop's, `load_for_training`,
+with the warm-up's rank and alpha), the same threads and dtype, on a seeded sample of rows, alternating
+which side goes first per row.
 
 Printed: tokens per epoch both ways over all rows, seconds per sampled row both ways, the ratio
 baseline / packed, and each side's projected hours per epoch (mean seconds per row x rows).
 
-    python bench/packed_training.py [--base .coevolve/models/smollm2] [--sample 8] [--threads 2] [--json]
+    python bench/packed_training.py [--base .coevolve/models/smollm2] [--sample 8] [--threads 2]
+        [--dtype float32|bfloat16] [--json]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def main() -> None:
     ap.add_argument("--base", default=str(ROOT / ".coevolve" / "models" / "smollm2"))
     ap.add_argument("--sample", type=int, default=8, help="rows timed both ways")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the base weights'")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -47,11 +50,11 @@ def main() -> None:
     configure_logging(json_lines=False, level="warning")
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from warmup import WARMUP_CONFIG, warmup_rows
 
     from coevolve.services.training import TrainConfig, encode_for_training, encode_row, training_sequences
-    from coevolve.services.training.loop import batch_loss
+    from coevolve.services.training.loop import batch_loss, load_for_training
 
     torch.set_num_threads(args.threads)
     rows, _ = warmup_rows()
@@ -64,7 +67,7 @@ def main() -> None:
     progress(f"{len(rows)} rows: {sum(map(len, split))} per-turn sequences, {tokens['split']:,} tokens; "
              f"{sum(map(len, packed))} packed sequences, {tokens['packed']:,} tokens")
 
-    model = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32)
+    model = load_for_training(args.base, args.dtype)  # the loop's model; no mask: plain sdpa
     model = get_peft_model(model, LoraConfig(r=WARMUP_CONFIG["rank"], lora_alpha=WARMUP_CONFIG["alpha"],
                                              lora_dropout=0.0, target_modules=TrainConfig().target_modules,
                                              task_type="CAUSAL_LM"))
@@ -91,7 +94,7 @@ def main() -> None:
         progress(f"row {k + 1}/{len(sample)} ({len(split[i])} turns): split {secs['split']:.0f} s, "
                  f"packed {secs['packed']:.0f} s so far")
     out = {
-        "rows": len(rows), "sampled": len(sample), "threads": args.threads,
+        "rows": len(rows), "sampled": len(sample), "threads": args.threads, "dtype": args.dtype,
         "tokens_per_epoch": tokens, "token_ratio": round(tokens["split"] / tokens["packed"], 2),
         "s_per_row": {k: round(v / len(sample), 2) for k, v in secs.items()},
         "time_ratio_split_over_packed": round(secs["split"] / secs["packed"], 2),

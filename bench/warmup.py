@@ -11,8 +11,10 @@ is the plan executed through the tools, rendered exactly as the executor renders
 system prompt and tools, the instruction, one call per assistant turn with no text, the tools' results).
 Only passing rollouts become rows (`coevolve.agents.correction.full_row`). No instance, trajectory or row of
 iot, budget or browser enters it. `max_seq_len` is the served window (8,192), so no row is cut and every
-assistant turn carries loss, as the design says; the design names no other setting, so the rest are
-`TrainConfig`'s defaults.
+assistant turn carries loss, as the design says. Its amendment §13 adds bfloat16 base weights (the served
+model's arithmetic), the two cores (torch threads; nothing serves while it trains) and a checkpoint every
+20 steps, so that a stopped warm-up resumes within minutes of where it stopped; the design names no other
+setting, so the rest are `TrainConfig`'s defaults.
 
     .venv/bin/python bench/warmup.py --rows-only      # the rows: per family and level, passes and turns
     make warmup                                       # rows, train (Ray Train, peft), merge
@@ -28,7 +30,8 @@ from typing import Any
 WARMUP_FAMILIES = ("payroll", "stock", "website")
 WARMUP_LEVELS = ("L0", "L1")
 RULE_AFTER_WARMUP = ("iot", "budget", "browser")  # the candidates the rule runs on with the warmed-up model
-WARMUP_CONFIG = {"rank": 16, "alpha": 32, "lr": 2e-4, "epochs": 2, "seed": 0, "max_seq_len": 8192}
+WARMUP_CONFIG = {"rank": 16, "alpha": 32, "lr": 2e-4, "epochs": 2, "seed": 0, "max_seq_len": 8192,
+                 "cpus_per_worker": 2, "checkpoint_every": 20, "dtype": "bfloat16"}
 EXPERT = "synthetic/expert"
 SEED = 0
 
@@ -61,8 +64,8 @@ def warmup_rows(families: tuple[str, ...] = WARMUP_FAMILIES, levels: tuple[str, 
 
 
 def warm_up(base: Path, out: Path, store: Path, n: int | None = None) -> dict[str, Any]:
-    """Rows, the adapter (peft on Ray Train, registered in `store`; a rerun after a crash resumes from its
-    last epoch) and the merged model folder `out`."""
+    """Rows, the adapter (peft on Ray Train, registered in `store`; a rerun after a crash or a stop resumes
+    from its last checkpoint) and the merged model folder `out`."""
     from coevolve.cluster.runtime import start_ray
     from coevolve.services.serving.models import merge_adapter
     from coevolve.services.training.job import adapter_dir, train_adapter

@@ -243,7 +243,7 @@ class TrainConfig(BaseModel):
     cpus_per_worker: float = Field(1.0, gt=0, le=MAX_RESOURCE, description="CPUs per Train worker; torch threads follow it")
     use_gpu: bool = False
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="base weights' dtype (bfloat16 on GPUs; the LoRA weights train in float32)"
+        "float32", description="base weights' dtype (bfloat16 on GPUs and avx512_bf16 CPUs; LoRA in float32)"
     )
 
     @field_validator("target_modules")

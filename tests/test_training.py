@@ -128,13 +128,12 @@ def test_a_packed_row_has_the_gradient_of_its_per_turn_sequences(tiny_model, tin
     each), normalised by the row's loss tokens, in loss and in every gradient; batched with a shorter
     row (padding), the two rows' tokens weigh alike."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from coevolve.services.training import encode_for_training, encode_row, training_sequences
-    from coevolve.services.training.loop import batch_loss
+    from coevolve.services.training.loop import batch_loss, load_for_training
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    model = load_for_training(tiny_model, "float32")  # the loop's model: its attention splits at the trunk
     row = _constrained_row()
     (packed,) = encode_for_training(row, tiny_tokenizer, max_seq_len=1 << 30)
 

@@ -26,8 +26,9 @@ def _collate(batch: list[EncodedRow], pad_id: int) -> tuple[dict[str, Any], Any]
 
     Positions and, where a sequence is tree-packed or padded, a boolean attention mask (True: may
     attend) come from each `EncodedRow`; a padding query attends to itself only, so no softmax row is
-    empty. Only the logits that predict a loss-bearing token are computed (`logits_to_keep`, the union
-    over the batch); targets[b, j] is what row b's kept logit j predicts, IGNORE where nothing."""
+    empty; with the mask goes `causal_prefix`, the length before which every row is its unpadded trunk
+    (`_tree_attention`). Only the logits that predict a loss-bearing token are computed (`logits_to_keep`,
+    the union over the batch); targets[b, j] is what row b's kept logit j predicts, IGNORE where nothing."""
     import torch
 
     width = max(len(r.input_ids) for r in batch)
@@ -59,7 +60,43 @@ def _collate(batch: list[EncodedRow], pad_id: int) -> tuple[dict[str, Any], Any]
     inputs = {"input_ids": ids, "position_ids": pos, "logits_to_keep": torch.tensor(keep, dtype=torch.long)}
     if mask is not None:
         inputs["attention_mask"] = mask
+        inputs["causal_prefix"] = min(r.branches[0][0] if r.branches else len(r.input_ids) for r in batch)
     return inputs, targets
+
+
+TREE_ATTENTION = "coevolve_tree_sdpa"
+
+
+def _tree_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                    scaling: float | None = None, causal_prefix: int | None = None, **kwargs: Any) -> Any:
+    """Hugging Face's sdpa attention, split for a tree-packed batch (`_collate`): the queries before
+    `causal_prefix` (every row's trunk, unpadded) attend causally within it, through sdpa's causal
+    kernel, which skips the masked half; only the queries after it use the mask. With the mask alone,
+    sdpa computes every query against every key: about twice the attention of a 4k-token trunk."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def sdpa(q: Any, k: Any, v: Any, mask: Any) -> Any:
+        return sdpa_attention_forward(module, q, k, v, mask, dropout=dropout, scaling=scaling, **kwargs)[0]
+
+    if attention_mask is None or not causal_prefix or causal_prefix >= query.shape[2]:
+        return sdpa(query, key, value, attention_mask), None
+    t = causal_prefix
+    head = sdpa(query[:, :, :t], key[:, :, :t], value[:, :, :t], None)
+    tail = sdpa(query[:, :, t:], key, value, attention_mask[:, :, t:])
+    return torch.cat([head, tail], dim=1), None
+
+
+def load_for_training(base: str, dtype: str, device: Any = "cpu") -> Any:
+    """The causal LM at `base` in `dtype`, its attention `_tree_attention`."""
+    import torch
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(TREE_ATTENTION, _tree_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(TREE_ATTENTION, sdpa_mask)
+    return AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype),
+                                                attn_implementation=TREE_ATTENTION).to(device)
 
 
 def batch_loss(model: Any, batch: list[EncodedRow], pad_id: int, device: Any) -> Any:
@@ -67,7 +104,7 @@ def batch_loss(model: Any, batch: list[EncodedRow], pad_id: int, device: Any) ->
     import torch
 
     inputs, targets = _collate(batch, pad_id)
-    logits = model(**{k: v.to(device) for k, v in inputs.items()}).logits
+    logits = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}).logits
     targets = targets.to(device)
     return torch.nn.functional.cross_entropy(
         logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"
@@ -96,7 +133,7 @@ def run_peft_loop(
     import torch
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
     torch.manual_seed(cfg.seed)
@@ -117,7 +154,7 @@ def run_peft_loop(
         )
 
     device = torch.device("cuda", torch.cuda.current_device()) if cfg.use_gpu else torch.device("cpu")
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, cfg.dtype)).to(device)
+    model = load_for_training(base, cfg.dtype, device)
     lora = LoraConfig(
         r=cfg.rank,
         lora_alpha=cfg.alpha,
