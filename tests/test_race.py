@@ -167,11 +167,12 @@ class ScriptedProposer:
         return out, Completion({}, 0, 0, 0.0)
 
 
-def scripted_run(seed: int, good: bool, rollouts: int = 100) -> tuple[Any, MemoryJournal]:
+def scripted_run(seed: int, good: bool, rollouts: int = 100, model: ScriptedModel | None = None,
+                 **kw: Any) -> tuple[Any, MemoryJournal]:
     cfg = EvolveConfig(family="iot", model="synthetic/weak", seed=seed, train_batch=4, val_n=6, val_seeds=2,
-                       budget=Budget(iterations=1000, rollouts=rollouts))
+                       budget=Budget(iterations=1000, rollouts=rollouts), **kw)
     journal = MemoryJournal()
-    return RaceEvolution(cfg, ScriptedModel(), ScriptedProposer(good), journal, "run").run(), journal
+    return RaceEvolution(cfg, model or ScriptedModel(), ScriptedProposer(good), journal, "run").run(), journal
 
 
 def test_no_op_proposer_runs_release_a_non_baseline_harness_at_most_alpha_of_the_time():
@@ -194,6 +195,28 @@ def test_a_real_improvement_is_released_with_the_guards_evidence_in_the_journal(
     release = journal.events("run", "release")[0].payload
     assert release["guard"]["e_value"] >= release["guard"]["threshold"] and release["over"] == r.baseline_id
     assert r.accepted[0]["harness_id"] == r.harness_id
+
+
+def test_the_screen_drops_a_child_that_fixes_none_of_its_parents_failures_before_any_val_pair():
+    """`screen` 3: a child first runs its parent's first 3 failed evidence rollouts (same instance and
+    seed); one that passes none is journalled `screened out` and never runs a val pair; the one good
+    edit still gets through and is released."""
+    released = screened = 0
+    for seed in range(20):
+        model = ScriptedModel()
+        r, journal = scripted_run(seed, good=True, rollouts=200, model=model, screen=3)
+        released += "GOOD" in journal.get_harness(r.harness_id).render_system()
+        val = {inst.id for inst in get_family("iot").generate("val")}
+        for d in (e.payload for e in journal.events("run", "decision")):
+            jobs = [(i, s) for i, h, s in model.jobs if h == d["candidate"]]
+            if d["outcome"] != "screened out":
+                assert any(i in val for i, _ in jobs)
+                continue
+            screened += 1
+            assert d["evaluated"] == 0 and jobs and len(jobs) <= 3 and not any(i in val for i, _ in jobs)
+            for i, s in jobs:  # the parent failed there, and so did the child
+                assert _draw(i, d["parent"], s) >= 0.35 and _draw(i, d["candidate"], s) >= 0.35
+    assert screened >= 20 and released >= 16
 
 
 # ------------------------------------------------------------------ the search on the synthetic testbed

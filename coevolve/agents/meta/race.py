@@ -27,6 +27,11 @@ futility stop: it can only keep a candidate out, so it never raises the rate of 
 the guard controls whatever the search admits. An admitted child then evaluates any val pair it skipped,
 so every pool member has the same pairs.
 
+**Screen** (`screen` N > 0; off by default). Before its race, each child reruns its parent's first N
+failed evidence rollouts (same train instance, same seed), all children in one batch; one that passes
+none of them is dropped as `screened out` without a val pair (GEPA's minibatch gate). Like dropping, it
+can only keep a candidate out.
+
 **Merge.** When a child is admitted next to an admitted sibling (same parent) whose edit touches
 other parts of the harness (sections, recipes, tools, hooks, context, decoding, turn limit: no part in
 common), the two edits applied together are raced like any child, against the better of the two.
@@ -263,6 +268,8 @@ class RaceEvolution(HarnessEvolution):
             st.pool[parent_id]["refresh"] += 1
             self._progress(step, "nothing new")
             return
+        if self.cfg.screen:
+            races = self._screen(races, failures, step)
         self._race(races, step)
         merges = self._merges([r for r in races if r.verdict == "admitted"], step)
         if merges:
@@ -323,6 +330,23 @@ class RaceEvolution(HarnessEvolution):
         jobs = [(self._train_by_id[i], harness, ev["seed"]) for i in ev["instances"]]
         trajs = self._rollouts(jobs, f"s{step}-evidence")  # stored when collected: read back, not paid again
         return [t for t in trajs if not t.passed and t.error != "infra"]
+
+    def _screen(self, races: list[_Race], failures: list[Trajectory], step: int) -> list[_Race]:
+        """The children that pass at least one of the first `screen` of their parent's failed evidence
+        rollouts (same train instance, same seed), run in one batch; the others are dropped before any val
+        pair, as `screened out`."""
+        failed = failures[: self.cfg.screen]
+        jobs = [(t.instance, r.child, t.seed) for r in races for t in failed]
+        trajs = self._evaluate(jobs, f"s{step}-screen")
+        survivors = []
+        for k, r in enumerate(races):
+            passed = sum(t.passed for t in trajs[k * len(failed) : (k + 1) * len(failed)])
+            if passed:
+                survivors.append(r)
+            else:
+                r.verdict, r.why = "screened out", f"passes none of its parent's {len(failed)} train failures"
+                self._decide(r, {}, step)
+        return survivors
 
     # ------------------------------------------------------------------ val pairs
     def _mean(self, member: str) -> float:
