@@ -87,10 +87,8 @@ level-selection: $(STAMP) .coevolve/models/$(MODEL)/config.json
 # run it when no cell is in flight. Resumable (the adapter job resumes from its last checkpoint, every 20 steps).
 warmup: .coevolve/models/smollm2-warm/config.json
 
-# MALLOC_MMAP_THRESHOLD_: tensors of 1 MiB and more are mmapped and go back to the OS when freed; with
-# glibc's moving threshold, rows of varying length fragmented the Train worker's heap past 20 GB in 45 steps.
 .coevolve/models/smollm2-warm/config.json: $(SMOLLM2)/config.json
-	MALLOC_MMAP_THRESHOLD_=1048576 $(BIN)/python bench/warmup.py --base $(SMOLLM2) --out .coevolve/models/smollm2-warm --store $(REAL_STORE)
+	$(BIN)/python bench/warmup.py --base $(SMOLLM2) --out .coevolve/models/smollm2-warm --store $(REAL_STORE)
 
 clean:
 	rm -rf $(VENV) .coevolve .pytest_cache

@@ -253,8 +253,9 @@ def job_config(monkeypatch):
     seen: dict = {}
 
     class Trainer:
-        def __init__(self, loop, *, train_loop_config, **_):
+        def __init__(self, loop, *, train_loop_config, run_config, **_):
             seen["config"] = train_loop_config
+            seen["worker_env"] = run_config.worker_runtime_env
 
         def fit(self):
             from coevolve.services.training.rows import read_rows_file
@@ -280,6 +281,7 @@ def test_the_job_is_told_where_the_rows_are_and_its_workers_read_them_unchanged(
     assert [json.dumps(r.to_json()) for r in job_config["rows"]] == [json.dumps(r) for r in rows]
     assert job_config["rows"] == load_rows(rows)
     assert not Path(config["rows_path"]).exists()  # the job's copy goes with the job
+    assert job_config["worker_env"] == {"env_vars": {"MALLOC_MMAP_THRESHOLD_": "1048576"}}  # a CPU job's heap
 
 
 def test_a_dataset_is_read_by_the_dataset_layer_and_the_job_reads_its_own_file(tmp_path, store, tiny_model,

@@ -177,6 +177,12 @@ def _ray_train_loop(job: dict[str, Any]) -> None:
     )
 
 
+# glibc malloc on a CPU worker: with its moving mmap threshold, the activations of rows of varying length
+# (a few MB to GBs) fragmented the heap of a 2-core warm-up past 20 GB in 45 steps; tensors of 1 MiB and
+# more are mmapped instead and go back to the OS when freed (read at process start, so set on the worker).
+CPU_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "1048576"}
+
+
 def _train_peft(
     data: TrainingData,
     base: Path,
@@ -215,6 +221,7 @@ def _train_peft(
             storage_path=str(runs),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
             failure_config=FailureConfig(max_failures=0),
+            worker_runtime_env={} if cfg.use_gpu else {"env_vars": CPU_WORKER_ENV},
         ),
     )
     stop = threading.Event()
