@@ -981,7 +981,7 @@ def finished_cells(path: Path, configs: list[Config]) -> list[dict[str, Any]]:
     found: dict[tuple[str, str, int, int], dict[str, Any]] = {}
     for cell in read_cells(path):
         key = cell_key(cell)
-        if key in wanted and wanted[key] == cell.get("config"):
+        if key in wanted and wanted[key] == {"screen": 0, **cell.get("config", {})}:  # cells from before `screen`
             found[key] = cell
     return [found[k] for k in wanted if k in found]
 

@@ -5,6 +5,7 @@ every decision journalled, resume mid-race, the outcome cache, and bad input on 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -214,9 +215,30 @@ def test_the_screen_drops_a_child_that_fixes_none_of_its_parents_failures_before
                 continue
             screened += 1
             assert d["evaluated"] == 0 and jobs and len(jobs) <= 3 and not any(i in val for i, _ in jobs)
+            assert d["screen"] == {"jobs": len(jobs), "passed": 0} and "p_better" not in d
             for i, s in jobs:  # the parent failed there, and so did the child
                 assert _draw(i, d["parent"], s) >= 0.35 and _draw(i, d["candidate"], s) >= 0.35
     assert screened >= 20 and released >= 16
+
+
+class InfraOnTrain(ScriptedModel):
+    """Every train rollout of a harness other than the start is an infrastructure failure."""
+
+    def __init__(self, start: str) -> None:
+        super().__init__()
+        self.start = start
+
+    def evaluate(self, jobs: Any, model: str) -> list[Trajectory]:
+        out = super().evaluate(jobs, model)
+        return [dataclasses.replace(t, error="infra") if "/train/" in t.instance.id and t.harness_id != self.start
+                else t for t in out]
+
+
+def test_a_child_whose_screen_rollouts_all_failed_on_infrastructure_races():
+    start = get_family("iot").baseline_harness().id
+    _, journal = scripted_run(0, good=False, model=InfraOnTrain(start), screen=3)
+    outcomes = [e.payload["outcome"] for e in journal.events("run", "decision")]
+    assert outcomes and "screened out" not in outcomes and journal.events("run", "race")
 
 
 # ------------------------------------------------------------------ the search on the synthetic testbed

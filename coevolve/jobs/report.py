@@ -171,7 +171,9 @@ KEPT = ("accept", "admitted")  # the sign-test loop's and the racing search's ou
 
 def _evidence(d: dict[str, Any]) -> str:
     """A candidate's paired tally and the statistic it was decided by (the loop's p-value, the race's
-    posterior chance of being better)."""
+    posterior chance of being better), or its screen tally when the screen kept it from val."""
+    if "screen" in d:
+        return f"passed {d['screen']['passed']} of {d['screen']['jobs']} of its parent's train failures"
     stat = f"p={d['p_value']}" if "p_value" in d else f"P(better)={d.get('p_better')}"
     return f"wins {d['wins']}, losses {d['losses']}, {stat}"
 
@@ -271,7 +273,7 @@ def render(data: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     lineage_html, lineage_md = [], []
     for f, lin in data["lineage"].items():
         items = "".join(
-            f"<li class='{html.escape(d['outcome'])}'>it {d['iteration']}: <b>{html.escape(d['outcome'])}</b> "
+            f"<li class='{html.escape(d['outcome'].replace(' ', '-'))}'>it {d['iteration']}: <b>{html.escape(d['outcome'])}</b> "
             f"{html.escape(d.get('rationale', ''))} ({' + '.join(html.escape(o['op']) for o in d['ops'])}; {_evidence(d)})</li>"
             for d in lin["decisions"]
         )

@@ -53,7 +53,8 @@ fits the rollouts left. A proposer that cannot be reached (its call failed after
 `PROPOSER_PATIENCE` steps in a row) ends the run with `ProposerUnreachable`: a search without proposals
 would spend its budget for nothing and look done.
 
-Every decision is journalled (`proposal`, `race` per chunk, `decision` per child: admitted / dropped,
+Every decision is journalled (`proposal`, `race` per chunk, `decision` per child: admitted / dropped /
+screened out,
 `merge`, `guard` per guard chunk and its outcome, `release`), and a `checkpoint` closes each step; a
 resumed run restores the last checkpoint and redoes the step with the rollouts the store holds, so it
 reaches the same released harness as an uninterrupted one (the proposer being deterministic given its
@@ -138,7 +139,7 @@ class _Race:
     losses: int = 0
     ties: int = 0
     next: int = 0  # position in the race order
-    verdict: str | None = None  # "admitted" | "dropped"
+    verdict: str | None = None  # "admitted" | "dropped" | "screened out"
     why: str = ""
 
 
@@ -340,12 +341,12 @@ class RaceEvolution(HarnessEvolution):
         trajs = self._evaluate(jobs, f"s{step}-screen")
         survivors = []
         for k, r in enumerate(races):
-            passed = sum(t.passed for t in trajs[k * len(failed) : (k + 1) * len(failed)])
-            if passed:
+            scored = [t.passed for t in trajs[k * len(failed) : (k + 1) * len(failed)] if t.error != "infra"]
+            if any(scored) or not scored:  # infrastructure failures are not the child's: it races
                 survivors.append(r)
             else:
-                r.verdict, r.why = "screened out", f"passes none of its parent's {len(failed)} train failures"
-                self._decide(r, {}, step)
+                r.verdict, r.why = "screened out", f"passes none of its parent's {len(scored)} train failures"
+                self._decide(r, {}, step, screen={"jobs": len(scored), "passed": 0})
         return survivors
 
     # ------------------------------------------------------------------ val pairs
@@ -409,13 +410,16 @@ class RaceEvolution(HarnessEvolution):
         for r in races:
             self._decide(r, seen[r.child.id], step)
 
-    def _decide(self, r: _Race, seen: dict[int, bool | None], step: int) -> None:
+    def _decide(self, r: _Race, seen: dict[int, bool | None], step: int,
+                screen: dict[str, int] | None = None) -> None:
+        """Journal a child's verdict (with its screen tally when the screen dropped it); admit it to the pool."""
         st = self._state
         entry = {**edit_to_json(r.edit), "iteration": step, "base": r.parent[:12], "outcome": r.verdict,
                  "why": r.why, "kind": r.kind, "wins": r.wins, "losses": r.losses, "evaluated": r.wins + r.losses + r.ties}
         st.history.append(entry)
+        tally = {"screen": screen} if screen else {"p_better": round(better_posterior(r.wins, r.losses), 4)}
         self.journal.append_event(self.run_id, "decision", {**entry, "candidate": r.child.id, "parent": r.parent,
-                                                           "p_better": round(better_posterior(r.wins, r.losses), 4)})
+                                                           **tally})
         if r.verdict != "admitted":
             st.rejected += 1
             return

@@ -79,7 +79,7 @@ def _tree_attention(module: Any, query: Any, key: Any, value: Any, attention_mas
     def sdpa(q: Any, k: Any, v: Any, mask: Any) -> Any:
         return sdpa_attention_forward(module, q, k, v, mask, dropout=dropout, scaling=scaling, **kwargs)[0]
 
-    if attention_mask is None or not causal_prefix or causal_prefix >= query.shape[2]:
+    if attention_mask is None or not causal_prefix or not causal_prefix < query.shape[2] == key.shape[2]:
         return sdpa(query, key, value, attention_mask), None
     t = causal_prefix
     head = sdpa(query[:, :, :t], key[:, :, :t], value[:, :, :t], None)
