@@ -24,7 +24,8 @@ minibatch gate, in the loop's terms: after the proposals, each valid candidate f
 jobs of this iteration's train batch that the current harness failed (the failures the proposer's
 evidence came from, in batch order; same instance, same seed `seed + iteration`), and goes on to the
 paired val comparison only if it passes strictly more of them than the current harness did there —
-which failed them all, so: at least one pass. The screen's rollouts are counted and budget-checked like
+which failed them all, so: at least one pass (infrastructure failures are not scored; a candidate with
+no scored screen job goes on). The screen's rollouts are counted and budget-checked like
 every other batch (one batch, `it<i>-screen`), and stored by key, so a resumed run replays them. A
 candidate that fails the screen is journalled as a `decision` with outcome `screened out` and its screen
 tally, and counts as rejected; when none survives, the iteration counts toward the plateau as one that
@@ -385,8 +386,11 @@ class HarnessEvolution:
             else:
                 st.tried.append(p.candidate.id)
                 candidates.append(p)
-        screened = self._screen(candidates, batch, trajs, it) if self.cfg.screen and candidates else None
-        survivors = [p for p, (_, passed) in zip(candidates, screened) if passed > 0] if screened else candidates
+        screened = None
+        if self.cfg.screen and candidates:
+            failed = [t for t in trajs if not t.passed and t.error != "infra"][: self.cfg.screen]
+            screened = self._screen([p.candidate for p in candidates], failed, f"it{it}-screen")
+        survivors = [p for p, (jobs, passed) in zip(candidates, screened) if passed or not jobs] if screened else candidates
         # k: the candidates that reach val (the screen saw train instances only; see the module docstring)
         family = FamilyRule(self.rule, max(1, len(survivors)), self.cfg.family_wise)
         if screened:
@@ -440,18 +444,14 @@ class HarnessEvolution:
         self._progress(it, "accepted")
 
     # ------------------------------------------------------------------ the screen
-    def _screen(
-        self, candidates: list[Proposal], batch: list[TaskInstance], trajs: list[Trajectory], it: int
-    ) -> list[tuple[int, int]]:
-        """(screen jobs, passed) per candidate: each runs the first `screen` train jobs of this iteration
-        that the current harness failed (the failures its evidence came from), at the train seed, in one
-        batch counted against the budget."""
-        failed = [inst for inst, t in zip(batch, trajs) if not t.passed and t.error != "infra"][: self.cfg.screen]
-        seed = self.cfg.seed + it
-        jobs = [(inst, p.candidate, seed) for p in candidates for inst in failed]
-        out = self._evaluate(jobs, f"it{it}-screen")
+    def _screen(self, harnesses: list[Harness], failed: list[Trajectory], label: str) -> list[tuple[int, int]]:
+        """(scored jobs, passed) per harness: each reruns the failed rollouts `failed` (same train instance,
+        same seed), all in one batch counted against the budget; an infrastructure failure is not scored,
+        so a harness left with no scored job is not screened out."""
+        out = self._evaluate([(t.instance, h, t.seed) for h in harnesses for t in failed], label)
         n = len(failed)
-        return [(n, sum(t.passed for t in out[c * n : (c + 1) * n])) for c in range(len(candidates))]
+        scored = [[t.passed for t in out[c * n : (c + 1) * n] if t.error != "infra"] for c in range(len(harnesses))]
+        return [(len(s), sum(s)) for s in scored]
 
     # ------------------------------------------------------------------ paired comparison
     def _compare(

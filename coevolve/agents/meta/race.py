@@ -270,7 +270,7 @@ class RaceEvolution(HarnessEvolution):
             self._progress(step, "nothing new")
             return
         if self.cfg.screen:
-            races = self._screen(races, failures, step)
+            races = self._screen_races(races, failures, step)
         self._race(races, step)
         merges = self._merges([r for r in races if r.verdict == "admitted"], step)
         if merges:
@@ -332,21 +332,17 @@ class RaceEvolution(HarnessEvolution):
         trajs = self._rollouts(jobs, f"s{step}-evidence")  # stored when collected: read back, not paid again
         return [t for t in trajs if not t.passed and t.error != "infra"]
 
-    def _screen(self, races: list[_Race], failures: list[Trajectory], step: int) -> list[_Race]:
+    def _screen_races(self, races: list[_Race], failures: list[Trajectory], step: int) -> list[_Race]:
         """The children that pass at least one of the first `screen` of their parent's failed evidence
-        rollouts (same train instance, same seed), run in one batch; the others are dropped before any val
-        pair, as `screened out`."""
-        failed = failures[: self.cfg.screen]
-        jobs = [(t.instance, r.child, t.seed) for r in races for t in failed]
-        trajs = self._evaluate(jobs, f"s{step}-screen")
+        rollouts (`_screen`); the others are dropped before any val pair, as `screened out`."""
+        tallies = self._screen([r.child for r in races], failures[: self.cfg.screen], f"s{step}-screen")
         survivors = []
-        for k, r in enumerate(races):
-            scored = [t.passed for t in trajs[k * len(failed) : (k + 1) * len(failed)] if t.error != "infra"]
-            if any(scored) or not scored:  # infrastructure failures are not the child's: it races
+        for r, (jobs, passed) in zip(races, tallies):
+            if passed or not jobs:  # only infrastructure failures: nothing is the child's, it races
                 survivors.append(r)
             else:
-                r.verdict, r.why = "screened out", f"passes none of its parent's {len(scored)} train failures"
-                self._decide(r, {}, step, screen={"jobs": len(scored), "passed": 0})
+                r.verdict, r.why = "screened out", f"passes none of its parent's {jobs} train failures"
+                self._decide(r, {}, step, screen={"jobs": jobs, "passed": 0})
         return survivors
 
     # ------------------------------------------------------------------ val pairs
