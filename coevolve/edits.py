@@ -5,8 +5,8 @@ exception either raises:
 
 - **Types** (pydantic, strict). Every operation is parsed into a model before anything uses it: the
   proposer's JSON form through `EditJson` (a discriminated union on `"op"`), and a dataclass operation
-  (built in code, decoded from a stored record) through the same models, so there is one definition of
-  what a well-typed operation is. Strict means no coercion: `"3"` and `1.5` are not integers, `True` is
+  (built in code, decoded from a stored record) through the same models. The models are derived from
+  the dataclasses of `coevolve.values`, so there is one definition of what a well-typed operation is. Strict means no coercion: `"3"` and `1.5` are not integers, `True` is
   not an integer, a dict is not a string. Unknown fields are refused (`extra="forbid"`): a proposer
   that writes `{"op": "add_hook", "kind": "validate_args", "tools": [...]}` has misplaced its params,
   and silently dropping them would test a different edit from the one it meant. Payloads (tool
@@ -41,8 +41,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import types
+import typing
 from typing import Annotated, Any, Literal
 
+import pydantic
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -67,6 +71,7 @@ from coevolve.values import (
     AppendSection,
     ContextPolicy,
     DecodingPolicy,
+    EditOp,
     Harness,
     HarnessEdit,
     HookSpec,
@@ -171,76 +176,44 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-# The parts of a harness, exactly as their dataclasses (values.py) hold them.
-class PromptSectionModel(_Strict):
-    name: Text
-    text: Text
+# The pydantic models are derived from the dataclasses in values.py (one definition of an operation):
+# a field's type maps to its strict form (`_strict_type`), a field with a default may be left out.
+# A JSON operation that wraps one part (add_tool: a ToolSpec) carries the part's fields at its top level.
+_SCALAR_TYPES: dict[Any, Any] = {
+    str: Text,
+    int: Int64,
+    float: Annotated[StrictFloat, Field(allow_inf_nan=False)],  # an integer is a number; NaN is not
+}
+# Fields a JSON operation must name although the dataclass has a default (a context policy with no
+# strategy means nothing).
+_REQUIRED_IN_JSON: dict[str, frozenset[str]] = {"set_context_policy": frozenset({"strategy"})}
 
 
-class ToolSpecModel(_Strict):
-    name: Text
-    description: Text
-    parameters: JsonObject
-    impl: Text
+def _strict_type(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):  # values.py uses only `X | None`
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _strict_type(inner) | None
+    if tp is dict or typing.get_origin(tp) is dict:
+        return JsonObject
+    return _SCALAR_TYPES[tp]
 
 
-class HookSpecModel(_Strict):
-    event: Text
-    kind: Text
-    params: JsonObject
+def _model_fields(cls: type, required: frozenset[str] = frozenset()) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in required or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
+            default: Any = ...
+        elif f.default_factory is not dataclasses.MISSING:
+            default = Field(default_factory=f.default_factory)
+        else:
+            default = f.default
+        out[f.name] = (_strict_type(hints[f.name]), default)
+    return out
 
 
-class ContextPolicyModel(_Strict):
-    strategy: Text
-    token_budget: Int64 = ContextPolicy().token_budget
-    keep_last: Int64 = ContextPolicy().keep_last
-
-
-class RecipeModel(_Strict):
-    name: Text
-    text: Text
-
-
-class DecodingPolicyModel(_Strict):
-    """A number for `temperature` (an integer is one; a boolean, a string or NaN is not), an integer
-    for `max_tokens`; null for either is the provider's default."""
-
-    tool_calls: Text = DecodingPolicy().tool_calls
-    temperature: Annotated[StrictFloat, Field(allow_inf_nan=False)] | None = DecodingPolicy().temperature
-    max_tokens: Int64 | None = DecodingPolicy().max_tokens
-
-
-# The operations in the proposer's JSON form: {"op": <kind>, <fields>}. `to_op` builds the dataclass.
-class SetSectionJson(_Strict):
-    op: Literal["set_section"]
-    name: Text
-    text: Text
-
-    def to_op(self) -> SetSection:
-        return SetSection(self.name, self.text)
-
-
-class AppendSectionJson(_Strict):
-    op: Literal["append_section"]
-    name: Text
-    text: Text
-
-    def to_op(self) -> AppendSection:
-        return AppendSection(self.name, self.text)
-
-
-class RemoveSectionJson(_Strict):
-    op: Literal["remove_section"]
-    name: Text
-
-    def to_op(self) -> RemoveSection:
-        return RemoveSection(self.name)
-
-
-class AddToolJson(ToolSpecModel):
+class _AddToolJson(_Strict):
     """`impl` may be left out: the tool is then implemented by the environment tool of its name."""
-
-    op: Literal["add_tool"]
 
     @model_validator(mode="before")
     @classmethod
@@ -249,35 +222,10 @@ class AddToolJson(ToolSpecModel):
             return {**data, "impl": data["name"]}
         return data
 
-    def to_op(self) -> AddTool:
-        return AddTool(ToolSpec(self.name, self.description, self.parameters, self.impl))
 
-
-class AlterToolJson(_Strict):
-    """At least one of description and parameters (checked when applied); null is the same as absent."""
-
-    op: Literal["alter_tool"]
-    name: Text
-    description: Text | None = None
-    parameters: JsonObject | None = None
-
-    def to_op(self) -> AlterTool:
-        return AlterTool(self.name, self.description, self.parameters)
-
-
-class RemoveToolJson(_Strict):
-    op: Literal["remove_tool"]
-    name: Text
-
-    def to_op(self) -> RemoveTool:
-        return RemoveTool(self.name)
-
-
-class AddHookJson(HookSpecModel):
+class _AddHookJson(_Strict):
     """`event` may be left out (or null, or empty): a hook kind runs on one event (`HOOK_KIND_EVENTS`).
     `params` may be left out or null: none."""
-
-    op: Literal["add_hook"]
 
     @model_validator(mode="before")
     @classmethod
@@ -291,67 +239,54 @@ class AddHookJson(HookSpecModel):
             data["params"] = {}
         return data
 
-    def to_op(self) -> AddHook:
-        return AddHook(HookSpec(self.event, self.kind, self.params))
+
+_JSON_BASES: dict[str, type[_Strict]] = {"add_tool": _AddToolJson, "add_hook": _AddHookJson}
 
 
-class RemoveHookJson(_Strict):
-    op: Literal["remove_hook"]
-    event: Text
-    kind: Text
-
-    def to_op(self) -> RemoveHook:
-        return RemoveHook(self.event, self.kind)
+def _op_kind_name(cls: type) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()  # SetMaxTurns -> set_max_turns
 
 
-class SetContextPolicyJson(ContextPolicyModel):
-    """`token_budget` and `keep_last` may be left out: `ContextPolicy`'s defaults."""
-
-    op: Literal["set_context_policy"]
-
-    def to_op(self) -> SetContextPolicy:
-        return SetContextPolicy(ContextPolicy(self.strategy, self.token_budget, self.keep_last))
+def _wrapped_part(cls: type) -> tuple[str, type] | None:
+    """(field, part class) of an operation that wraps one harness part (AddTool(tool=ToolSpec))."""
+    (only, *rest) = dataclasses.fields(cls)
+    part = typing.get_type_hints(cls)[only.name]
+    return (only.name, part) if not rest and dataclasses.is_dataclass(part) else None
 
 
-class AddRecipeJson(RecipeModel):
-    op: Literal["add_recipe"]
-
-    def to_op(self) -> AddRecipe:
-        return AddRecipe(Recipe(self.name, self.text))
-
-
-class SetMaxTurnsJson(_Strict):
-    op: Literal["set_max_turns"]
-    max_turns: Int64
-
-    def to_op(self) -> SetMaxTurns:
-        return SetMaxTurns(self.max_turns)
+# harness part class -> its model (for a part held in a dataclass: every field is present)
+PART_MODELS: dict[type, type[_Strict]] = {
+    cls: pydantic.create_model(f"{cls.__name__}Model", __base__=_Strict, **_model_fields(cls))
+    for cls in (PromptSection, ToolSpec, HookSpec, ContextPolicy, Recipe, DecodingPolicy)
+}
 
 
-class SetDecodingJson(DecodingPolicyModel):
-    """Sets the whole decoding policy: a field left out (or null) takes `DecodingPolicy`'s default."""
-
-    op: Literal["set_decoding"]
-
-    def to_op(self) -> SetDecoding:
-        return SetDecoding(DecodingPolicy(self.tool_calls, self.temperature, self.max_tokens))
+def _op_model(kind: str, cls: type) -> type[_Strict]:
+    wrapped = _wrapped_part(cls)
+    fields = _model_fields(wrapped[1] if wrapped else cls, _REQUIRED_IN_JSON.get(kind, frozenset()))
+    return pydantic.create_model(f"{cls.__name__}Json", __base__=_JSON_BASES.get(kind, _Strict),
+                                 op=(Literal[kind], ...), **fields)
 
 
-EditOpJson = Annotated[
-    SetSectionJson
-    | AppendSectionJson
-    | RemoveSectionJson
-    | AddToolJson
-    | AlterToolJson
-    | RemoveToolJson
-    | AddHookJson
-    | RemoveHookJson
-    | SetContextPolicyJson
-    | AddRecipeJson
-    | SetMaxTurnsJson
-    | SetDecodingJson,
-    Field(discriminator="op"),
-]
+# JSON op kind -> (its model, the dataclass it builds), in the order of `EditOp`
+OP_MODELS: dict[str, tuple[type[_Strict], type]] = {
+    _op_kind_name(cls): (_op_model(_op_kind_name(cls), cls), cls) for cls in typing.get_args(EditOp)
+}
+_OP_KIND: dict[type, str] = {cls: kind for kind, (_, cls) in OP_MODELS.items()}
+_WRAPPED_PART: dict[type, tuple[str, type]] = {
+    cls: wrapped for cls in _OP_KIND if (wrapped := _wrapped_part(cls)) is not None
+}
+
+
+def _to_op(model: _Strict) -> Any:
+    """The dataclass operation a parsed JSON operation stands for."""
+    cls = OP_MODELS[model.op][1]
+    values = {name: getattr(model, name) for name in type(model).model_fields if name != "op"}
+    wrapped = _WRAPPED_PART.get(cls)
+    return cls(wrapped[1](**values)) if wrapped else cls(**values)
+
+
+EditOpJson = Annotated[typing.Union[tuple(model for model, _ in OP_MODELS.values())], Field(discriminator="op")]  # noqa: UP007
 
 
 class EditJson(_Strict):
@@ -362,35 +297,7 @@ class EditJson(_Strict):
     ops: Annotated[list[EditOpJson], Field(min_length=1)]
 
     def to_edit(self) -> HarnessEdit:
-        return HarnessEdit(
-            tuple(op.to_op() for op in self.ops), rationale=self.rationale, targets=self.targets
-        )
-
-
-# JSON op kind -> (its model, the dataclass it builds)
-OP_MODELS: dict[str, tuple[type[_Strict], type]] = {
-    "set_section": (SetSectionJson, SetSection),
-    "append_section": (AppendSectionJson, AppendSection),
-    "remove_section": (RemoveSectionJson, RemoveSection),
-    "add_tool": (AddToolJson, AddTool),
-    "alter_tool": (AlterToolJson, AlterTool),
-    "remove_tool": (RemoveToolJson, RemoveTool),
-    "add_hook": (AddHookJson, AddHook),
-    "remove_hook": (RemoveHookJson, RemoveHook),
-    "set_context_policy": (SetContextPolicyJson, SetContextPolicy),
-    "add_recipe": (AddRecipeJson, AddRecipe),
-    "set_max_turns": (SetMaxTurnsJson, SetMaxTurns),
-    "set_decoding": (SetDecodingJson, SetDecoding),
-}
-_OP_KIND: dict[type, str] = {cls: kind for kind, (_, cls) in OP_MODELS.items()}
-# A dataclass op that wraps one part (AddTool(tool=ToolSpec)): the field, its class, the part's model.
-_WRAPPED_PART: dict[type, tuple[str, type, type[_Strict]]] = {
-    AddTool: ("tool", ToolSpec, ToolSpecModel),
-    AddHook: ("hook", HookSpec, HookSpecModel),
-    SetContextPolicy: ("policy", ContextPolicy, ContextPolicyModel),
-    AddRecipe: ("recipe", Recipe, RecipeModel),
-    SetDecoding: ("policy", DecodingPolicy, DecodingPolicyModel),
-}
+        return HarnessEdit(tuple(_to_op(op) for op in self.ops), rationale=self.rationale, targets=self.targets)
 
 
 # ------------------------------------------------------------------------------ type errors, one line
@@ -530,18 +437,18 @@ def _check_op_types(op: Any) -> None:
     if wrapped is None:
         _validate(OP_MODELS[kind][0], {"op": kind, **_fields(op)})
         return
-    field, part_cls, part_model = wrapped
+    field, part_cls = wrapped
     part = getattr(op, field)
     if not isinstance(part, part_cls):
         raise EditError(f"{field} must be a {part_cls.__name__}, not {_a(part)}")
-    _validate(part_model, _fields(part), f"{field}.")
+    _validate(PART_MODELS[part_cls], _fields(part), f"{field}.")
 
 
-_HARNESS_PARTS: tuple[tuple[str, type, type[_Strict]], ...] = (
-    ("system_prompt", PromptSection, PromptSectionModel),
-    ("tools", ToolSpec, ToolSpecModel),
-    ("hooks", HookSpec, HookSpecModel),
-    ("recipes", Recipe, RecipeModel),
+_HARNESS_PARTS: tuple[tuple[str, type], ...] = (
+    ("system_prompt", PromptSection),
+    ("tools", ToolSpec),
+    ("hooks", HookSpec),
+    ("recipes", Recipe),
 )
 
 
@@ -551,31 +458,20 @@ def _check_harness_types(h: Any) -> None:
         raise EditError(f"harness must be a Harness, not {_a(h)}")
     if not isinstance(h.family, str):
         raise EditError(f"harness family must be a string, not {_a(h.family)}")
-    for field, _, _ in _HARNESS_PARTS:
+    for field, _ in _HARNESS_PARTS:
         parts = getattr(h, field)
         if not isinstance(parts, (tuple, list)):
             raise EditError(f"harness {field} must be a tuple, not {_a(parts)}")
         _check_count(field, len(parts), "harness has")
-    for field, part_cls, part_model in _HARNESS_PARTS:
-        for i, part in enumerate(getattr(h, field)):
-            if not isinstance(part, part_cls):
-                raise EditError(f"harness {field}[{i}] must be a {part_cls.__name__}, not {_a(part)}")
-            try:
-                _validate(part_model, _fields(part), f"{field}[{i}].")
-            except EditError as e:
-                raise EditError(f"harness {e}") from None
-    if not isinstance(h.context, ContextPolicy):
-        raise EditError(f"harness context must be a ContextPolicy, not {_a(h.context)}")
-    try:
-        _validate(ContextPolicyModel, _fields(h.context), "context.")
-    except EditError as e:
-        raise EditError(f"harness {e}") from None
-    if not isinstance(h.decoding, DecodingPolicy):
-        raise EditError(f"harness decoding must be a DecodingPolicy, not {_a(h.decoding)}")
-    try:
-        _validate(DecodingPolicyModel, _fields(h.decoding), "decoding.")
-    except EditError as e:
-        raise EditError(f"harness {e}") from None
+    parts = [(f"{field}[{i}]", part, part_cls) for field, part_cls in _HARNESS_PARTS
+             for i, part in enumerate(getattr(h, field))]
+    for where, part, part_cls in [*parts, ("context", h.context, ContextPolicy), ("decoding", h.decoding, DecodingPolicy)]:
+        if not isinstance(part, part_cls):
+            raise EditError(f"harness {where} must be a {part_cls.__name__}, not {_a(part)}")
+        try:
+            _validate(PART_MODELS[part_cls], _fields(part), f"{where}.")
+        except EditError as e:
+            raise EditError(f"harness {e}") from None
     if not isinstance(h.max_turns, int) or isinstance(h.max_turns, bool):
         raise EditError(f"harness max_turns must be an integer, not {_a(h.max_turns)}")
 
@@ -886,38 +782,14 @@ def edit_from_json(obj: Any) -> HarnessEdit:
 
 
 def edit_to_json(edit: HarnessEdit) -> dict[str, Any]:
-    """The inverse of `edit_from_json` (for prompts, history and records)."""
+    """The inverse of `edit_from_json` (for prompts, history and records): a wrapped part's fields at the
+    operation's top level, fields that are None left out."""
     ops = []
     for op in edit.ops:
-        match op:
-            case AddTool(tool=t):
-                ops.append(
-                    {
-                        "op": "add_tool",
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                        "impl": t.impl,
-                    }
-                )
-            case AddHook(hook=h):
-                ops.append({"op": "add_hook", "event": h.event, "kind": h.kind, "params": h.params})
-            case SetContextPolicy(policy=p):
-                ops.append(
-                    {
-                        "op": "set_context_policy",
-                        "strategy": p.strategy,
-                        "token_budget": p.token_budget,
-                        "keep_last": p.keep_last,
-                    }
-                )
-            case AddRecipe(recipe=r):
-                ops.append({"op": "add_recipe", "name": r.name, "text": r.text})
-            case SetDecoding(policy=p):
-                ops.append({"op": "set_decoding", **{k: v for k, v in _fields(p).items() if v is not None}})
-            case _:
-                kind = _op_kind(op)
-                if kind is None:
-                    raise EditError(f"unknown operation {_safe_repr(op)}")
-                ops.append({"op": kind, **{k: v for k, v in _fields(op).items() if v is not None}})
+        kind = _op_kind(op)
+        if kind is None:
+            raise EditError(f"unknown operation {_safe_repr(op)}")
+        wrapped = _WRAPPED_PART.get(OP_MODELS[kind][1])
+        fields = _fields(getattr(op, wrapped[0]) if wrapped else op)
+        ops.append({"op": kind, **{k: v for k, v in fields.items() if v is not None}})
     return {"rationale": edit.rationale, "targets": edit.targets, "ops": ops}
