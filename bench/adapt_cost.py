@@ -41,13 +41,12 @@ def main() -> None:
     gateway = Gateway()
     evaluator = LocalEvaluator(gateway)
 
-    complete = gateway.complete
     rows_out, totals = [], {"correction": [0, 0], "imitation": [0, 0]}
     for name in args.families.split(","):
         family = get_family(name)
         harness = family.baseline_harness()
-        backend = LocalBackend(evaluator, Judge("synthetic/judge", complete, windows=gateway.budget),
-                               ExpertRewriter("synthetic/expert", complete, family.handbook, windows=gateway.budget))
+        backend = LocalBackend(evaluator, Judge("synthetic/judge", gateway),
+                               ExpertRewriter("synthetic/expert", gateway, family.handbook))
         student = None
         row = {"family": name}
         for arm in ("correction", "imitation"):

@@ -58,8 +58,8 @@ def run_family(name: str, args, evaluator, gateway, root: Path) -> dict:
         )
         run_id = store.create_run("evolve", config.to_json())
         proposer_ = LLMProposer(
-            proposer, gateway.complete,
-            family.handbook if with_handbook else None, windows=gateway.budget,
+            proposer, gateway,
+            family.handbook if with_handbook else None,
         )
         result = HarnessEvolution(config, evaluator, proposer_, store, run_id).run()
         harnesses[arm] = store.get_harness(result.harness_id)

@@ -55,8 +55,8 @@ def main() -> None:
         )
         store = HarnessStore(Path(tempfile.mkdtemp()) / "store")
         run_id = store.create_run("evolve", config.to_json())
-        proposer = LLMProposer(config.proposer, gateway.complete,
-                               get_family(config.family).handbook, windows=gateway.budget)
+        proposer = LLMProposer(config.proposer, gateway,
+                               get_family(config.family).handbook)
         results[label] = HarnessEvolution(config, PoolEvaluator(pool), proposer, store, run_id).run()
     pool.shutdown()
 

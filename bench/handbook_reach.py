@@ -38,8 +38,8 @@ def reached(family_name: str, calls: int, model: str, proposer_model: str, batch
     texts = {s.id: " ".join(s.text.split()) for s in family.handbook.sections}
     gateway = Gateway()
     evaluator = LocalEvaluator(client=gateway)
-    proposer = LLMProposer(proposer_model, gateway.complete,
-                           family.handbook, windows=gateway.budget)
+    proposer = LLMProposer(proposer_model, gateway,
+                           family.handbook)
     baseline = family.baseline_harness()
     train = family.generate("train")
     hit: set[str] = set()

@@ -118,8 +118,13 @@ def main() -> None:
     configure_logging(json_lines=False, level="error")
     answer = json.dumps({"edits": NULL_EDITS[: args.candidates]})
 
-    def null_proposer(model, messages, tools, seed):
-        return Completion({"role": "assistant", "content": answer}, 0, 0, 0.0)
+    class NullClient:
+        """A role client whose every reply is the null edits."""
+
+        budget = staticmethod(Gateway.budget)
+
+        def complete(self, model, messages, tools, seed=0):
+            return Completion({"role": "assistant", "content": answer}, 0, 0, 0.0)
 
     evaluator = LocalEvaluator(Gateway())
     families = family_names()
@@ -159,7 +164,7 @@ def main() -> None:
                 run_id = store.create_run("evolve", config.to_json())
                 t0 = time.monotonic()
                 result = HarnessEvolution(
-                    config, evaluator, LLMProposer("x/null", null_proposer), store, run_id
+                    config, evaluator, LLMProposer("x/null", NullClient()), store, run_id
                 ).run()
                 tally = tallies[rule]
                 tally["seconds"] += time.monotonic() - t0

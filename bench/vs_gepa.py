@@ -512,8 +512,8 @@ def _services(cfg: Config):
     evaluator = LocalEvaluator(client=gateway)
     if cfg.kind != "main":
         return evaluator, ScriptedProposer(cfg.family, cfg.kind)
-    proposer = LLMProposer(cfg.proposer, gateway.complete,
-                           get_family(cfg.family).handbook, windows=gateway.budget)
+    proposer = LLMProposer(cfg.proposer, gateway,
+                           get_family(cfg.family).handbook)
     return evaluator, proposer
 
 

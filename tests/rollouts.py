@@ -3,7 +3,9 @@ litellm gateway, without Ray (the pool has its own tests)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from coevolve.agents.local import LocalEvaluator
 from coevolve.services.gateway import Gateway
@@ -29,3 +31,18 @@ def pass_rate(trajectories: Sequence[Trajectory]) -> float:
 
 def proposer_complete(model, messages, tools, seed):
     return _GATEWAY.complete(model, messages, tools, seed=seed)
+
+
+@dataclass(frozen=True)
+class FunctionClient:
+    """A role client (`coevolve.llm.contract.RoleClient`) over a complete function (recorded replies, spies,
+    the gateway): budgets from `windows`, the gateway's lookup unless given."""
+
+    fn: Callable[..., Any]
+    windows: Callable[[str, str], Any] = Gateway.budget
+
+    def complete(self, model, messages, tools, seed=0):
+        return self.fn(model, messages, tools, seed)
+
+    def budget(self, model, role):
+        return self.windows(model, role)

@@ -19,10 +19,9 @@ from coevolve.agents.meta.acceptance import (
     sign_test_p,
 )
 from coevolve.llm.contract import Completion
-from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
-from tests.rollouts import InProcessEvaluator, proposer_complete
+from tests.rollouts import FunctionClient, InProcessEvaluator, proposer_complete
 
 
 def random_tally(rng: random.Random, most: int = 30) -> PairedResult:
@@ -145,8 +144,8 @@ def run_loop(tmp_path, **config):
     answer = json.dumps({"edits": NULL_EDITS})
     proposer = LLMProposer(
         "x/recorded",
-        lambda m, msgs, tools, s: Completion({"role": "assistant", "content": answer}, 0, 0, 0.0),
-     windows=Gateway.budget,)
+        FunctionClient(lambda m, msgs, tools, s: Completion({"role": "assistant", "content": answer}, 0, 0, 0.0)),
+    )
     cfg = EvolveConfig(
         family="iot",
         model="synthetic/weak",
@@ -214,7 +213,7 @@ def demo_evolution(store, seed, model, start, family_wise):
         budget=Budget(iterations=2, rollouts=400),
     )
     run_id = store.create_run("evolve", cfg.to_json())
-    proposer = LLMProposer(cfg.proposer, proposer_complete, website.handbook, windows=Gateway.budget)
+    proposer = LLMProposer(cfg.proposer, FunctionClient(proposer_complete), website.handbook)
     result = HarnessEvolution(cfg, InProcessEvaluator(), proposer, store, run_id).run(start=start)
     return result, [e.payload for e in store.events(run_id, "decision")]
 

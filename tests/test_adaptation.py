@@ -18,7 +18,7 @@ from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.testbed.counterfactual import with_counterfactuals
 from coevolve.values import FailureLocus
-from tests.rollouts import _GATEWAY, proposer_complete, rollout_all
+from tests.rollouts import _GATEWAY, FunctionClient, proposer_complete, rollout_all
 
 FIXTURES = Path(__file__).parent / "fixtures" / "roles"
 FAM = get_family("iot")
@@ -47,14 +47,14 @@ def weak_failures():
 # ------------------------------------------------------------------ recorded answers
 def test_judge_parses_a_fenced_answer_with_prose(weak_failures):
     t = next(t for t in weak_failures if len(t.turns) > 2)
-    locus = Judge("x/recorded", Recorded((FIXTURES / "judge_locate_fenced.txt").read_text()), windows=Gateway.budget).locate(t)
+    locus = Judge("x/recorded", FunctionClient(Recorded((FIXTURES / "judge_locate_fenced.txt").read_text()))).locate(t)
     assert locus.turn_index == 2 and "spikes" in locus.reason
 
 
 def test_judge_retries_an_invalid_answer_then_records_unknown_with_the_rule_based_guess(weak_failures):
     t = weak_failures[0]
     rec = Recorded((FIXTURES / "judge_locate_out_of_range.txt").read_text())
-    judge = Judge("x/recorded", rec, retries=2, windows=Gateway.budget)
+    judge = Judge("x/recorded", FunctionClient(rec), retries=2)
     locus = judge.locate(t)
     assert len(rec.sent) == 3 and judge.usage.unparseable == 3
     assert locus.reason.startswith("unknown") and 0 <= locus.turn_index < len(t.turns)
@@ -63,7 +63,7 @@ def test_judge_retries_an_invalid_answer_then_records_unknown_with_the_rule_base
 def test_expert_parses_candidates_and_marks_the_unparseable_one(weak_failures):
     t = weak_failures[0]
     rec = Recorded((FIXTURES / "expert_rewrite_gemini.txt").read_text())
-    cands = ExpertRewriter("x/recorded", rec, windows=Gateway.budget).rewrite(t, FailureLocus(t.id, 0, "r"), k=3)
+    cands = ExpertRewriter("x/recorded", FunctionClient(rec)).rewrite(t, FailureLocus(t.id, 0, "r"), k=3)
     assert cands[0]["tool_call"]["name"] == "upload_report" and "consecutive" in cands[0]["strategy"]
     assert cands[1]["tool_call"]["arguments"] == {"query": "SELECT 1"}  # arguments given as a JSON string
     assert "error" in cands[2]  # an empty strategy is not a rewrite
@@ -72,7 +72,7 @@ def test_expert_parses_candidates_and_marks_the_unparseable_one(weak_failures):
 def test_judge_scores_a_schema_breaking_candidate_zero_without_asking(weak_failures):
     t = weak_failures[0]
     rec = Recorded('{"score": 1.0}')
-    verdict = Judge("x/recorded", rec, windows=Gateway.budget).score(t, FailureLocus(t.id, 0, "r"),
+    verdict = Judge("x/recorded", FunctionClient(rec)).score(t, FailureLocus(t.id, 0, "r"),
                                              {"strategy": "s", "tool_call": {"name": "upload_report", "arguments": {}}})
     assert verdict["score"] == 0.0 and not verdict["valid"] and rec.sent == []
 
@@ -84,9 +84,9 @@ def test_a_trajectory_whose_model_wrote_markdown_fences_reaches_the_synthetic_ro
     first = assistant_positions(t.messages)[0]
     fenced = {**t.messages[first], "content": "Here is my plan:\n```sql\nSELECT 1; -- `a`\n```\ndone"}
     t = replace(t, messages=t.messages[:first] + (fenced,) + t.messages[first + 1 :])
-    locus = Judge("synthetic/judge", proposer_complete, retries=0, windows=Gateway.budget).locate(t)  # a cut payload raised here before
+    locus = Judge("synthetic/judge", FunctionClient(proposer_complete), retries=0).locate(t)  # a cut payload raised here before
     assert not locus.reason.startswith("unknown") and 0 <= locus.turn_index < len(t.turns)
-    cands = ExpertRewriter("synthetic/expert", proposer_complete, FAM.handbook, retries=0, windows=Gateway.budget).rewrite(t, locus, k=2)
+    cands = ExpertRewriter("synthetic/expert", FunctionClient(proposer_complete), FAM.handbook, retries=0).rewrite(t, locus, k=2)
     assert len(cands) == 2 and all("error" not in c for c in cands)
 
 
@@ -94,8 +94,8 @@ def test_a_trajectory_whose_model_wrote_markdown_fences_reaches_the_synthetic_ro
 @pytest.fixture(scope="module")
 def built():
     evaluator = LocalEvaluator(_GATEWAY)
-    judge = Judge("synthetic/judge", proposer_complete, windows=Gateway.budget)
-    expert = ExpertRewriter("synthetic/expert", proposer_complete, FAM.handbook, windows=Gateway.budget)
+    judge = Judge("synthetic/judge", FunctionClient(proposer_complete))
+    expert = ExpertRewriter("synthetic/expert", FunctionClient(proposer_complete), FAM.handbook)
     out = {}
     for arm in ("correction", "imitation"):
         cfg = BuildConfig(arm, "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=60, samples=3)
@@ -189,7 +189,7 @@ def test_the_judge_and_the_expert_never_receive_the_answer_key(weak_failures):
     from tests.test_boundaries import answer_key_leaks
 
     judge_rec, expert_rec = Recorded('{"turn": 0, "reason": "r"}'), Recorded('{"candidates": []}')
-    judge, expert = Judge("x/j", judge_rec, retries=0, windows=Gateway.budget), ExpertRewriter("x/e", expert_rec, retries=0, windows=Gateway.budget)
+    judge, expert = Judge("x/j", FunctionClient(judge_rec), retries=0), ExpertRewriter("x/e", FunctionClient(expert_rec), retries=0)
     for t in weak_failures[:10]:
         assert t.ground_truth.get("deviations")  # there is something to leak
         locus = judge.locate(t)
@@ -202,8 +202,8 @@ def test_the_judge_and_the_expert_never_receive_the_answer_key(weak_failures):
 
 def test_a_build_resumed_from_its_journal_gives_the_same_rows_in_the_same_order(built):
     _, student, evaluator = built["correction"]
-    judge = Judge("synthetic/judge", proposer_complete, windows=Gateway.budget)
-    expert = ExpertRewriter("synthetic/expert", proposer_complete, FAM.handbook, windows=Gateway.budget)
+    judge = Judge("synthetic/judge", FunctionClient(proposer_complete))
+    expert = ExpertRewriter("synthetic/expert", FunctionClient(proposer_complete), FAM.handbook)
     cfg = BuildConfig("correction", "iot", "synthetic/weak", "synthetic/expert", "synthetic/judge", rows=24, samples=3,
                       concurrency=2)
     journal: dict[str, dict | None] = {}

@@ -21,7 +21,7 @@ from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from coevolve.testbed.counterfactual import with_counterfactuals
-from tests.rollouts import InProcessEvaluator, proposer_complete, rollout_all
+from tests.rollouts import FunctionClient, InProcessEvaluator, proposer_complete, rollout_all
 
 FAM = get_family("iot")
 ANSWER_KEY_MARKERS = ("ground_truth", "recorded_cause", "decisive_turn", "deviations", '"traps"', '"cause"', "relied_on", "oracle")
@@ -70,7 +70,7 @@ def test_nothing_a_proposer_receives_during_evolution_holds_the_answer_key(tmp_p
     store = HarnessStore(tmp_path / "store")
     run_id = store.create_run("evolve", config.to_json())
     recording = Recording()
-    HarnessEvolution(config, InProcessEvaluator(), LLMProposer(proposer, recording, FAM.handbook, windows=Gateway.budget), store, run_id).run()
+    HarnessEvolution(config, InProcessEvaluator(), LLMProposer(proposer, FunctionClient(recording), FAM.handbook), store, run_id).run()
     assert recording.seen
     for text in recording.seen:
         assert answer_key_leaks(text, FAM) == []
@@ -82,7 +82,7 @@ def test_synthetic_proposer_output_is_unchanged_when_the_answer_key_is_removed(w
     def dialogue(failures):
         evidence = build_evidence("iot", FAM.baseline_harness(), failures, [], 8)
         recording = Recording()
-        proposals, _ = LLMProposer("synthetic/meta", recording, FAM.handbook, windows=Gateway.budget).propose(evidence, FAM.baseline_harness(), 3, seed=0)
+        proposals, _ = LLMProposer("synthetic/meta", FunctionClient(recording), FAM.handbook).propose(evidence, FAM.baseline_harness(), 3, seed=0)
         return recording.seen, [p.raw for p in proposals]
 
     with_key = dialogue(weak_failures)

@@ -14,10 +14,9 @@ import pytest
 import coevolve.testbed.policy as synthetic
 from coevolve.agents.expert import ExpertRewriter
 from coevolve.agents.judge import Judge
-from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.testbed.respond import respond
-from tests.rollouts import proposer_complete, rollout_all
+from tests.rollouts import FunctionClient, proposer_complete, rollout_all
 
 FAMILIES = ("iot", "payroll", "browser")
 TEMPLATES = (r"Call \w+ again with every required argument, checked against the tool's schema\.",
@@ -42,9 +41,9 @@ def _rewrites(family: str, n: int = 4, k: int = 2):
     trajs = rollout_all(fam.generate("train", 16), fam.baseline_harness(), "synthetic/weak")
     out = []
     for t in [t for t in trajs if not t.passed][:n]:
-        locus = Judge("synthetic/judge", proposer_complete, retries=0, windows=Gateway.budget).locate(t)
+        locus = Judge("synthetic/judge", FunctionClient(proposer_complete), retries=0).locate(t)
         spy = Spy()
-        cands = ExpertRewriter("synthetic/expert", spy, fam.handbook, windows=Gateway.budget).rewrite(t, locus, k=k)
+        cands = ExpertRewriter("synthetic/expert", FunctionClient(spy), fam.handbook).rewrite(t, locus, k=k)
         out.append((t, cands, spy))
     return out
 

@@ -34,6 +34,7 @@ from coevolve.edits import HOOK_KINDS, EditError, apply_edit, edit_from_json, va
 from coevolve.llm.contract import Completion
 from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
+from tests.rollouts import FunctionClient
 
 COUNTS: Counter[str] = Counter()
 # The number of cases, and whether they are drawn at random, come from the loaded hypothesis profile
@@ -226,7 +227,6 @@ def test_proposer_answers_give_proposals_never_an_exception(obj, noise, raw):
 @pytest.fixture(scope="module")
 def failed():
     from coevolve.agents.judge import Judge  # noqa: F401 - import check
-    from coevolve.services.gateway import Gateway
 
     for inst in FAM.generate("val", 20):
         t = asyncio.run(Executor(Gateway()).rollout(inst, BASE, "synthetic/weak", 0))
@@ -276,7 +276,7 @@ def test_judge_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
     from coevolve.agents.judge import UNKNOWN, Judge, RoleUsage
 
     COUNTS["judge_answers"] += 1
-    judge = Judge("fuzz/judge", _fake_complete(data), windows=Gateway.budget)
+    judge = Judge("fuzz/judge", FunctionClient(_fake_complete(data)))
     used = RoleUsage()
     locus = judge.locate(failed, usage=used)
     assert 0 <= locus.turn_index < len(failed.turns)
@@ -296,7 +296,7 @@ def test_expert_answers_never_raise_and_unusable_ones_are_unknown(failed, data):
     from coevolve.agents.judge import RoleUsage
 
     COUNTS["expert_answers"] += 1
-    expert = ExpertRewriter("fuzz/expert", _fake_complete(data), FAM.handbook, windows=Gateway.budget)
+    expert = ExpertRewriter("fuzz/expert", FunctionClient(_fake_complete(data)), FAM.handbook)
     used = RoleUsage()
     k = data.draw(st.integers(1, 4))
     out = expert.rewrite(failed, _locus(failed), k, usage=used)

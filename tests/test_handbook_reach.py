@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 
 from coevolve.agents.meta import LLMProposer
-from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.testbed import meta as synthetic_meta
 from coevolve.values import AddRecipe
-from tests.rollouts import proposer_complete
+from tests.rollouts import FunctionClient, proposer_complete
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +35,7 @@ def _failure(i: int, instruction: str, requirements: list[tuple[str, str]], tail
 def _recipes(family_name: str, failures: list[dict]) -> set[str]:
     """The handbook sections whose text reached the proposer's first proposal as a recipe."""
     family = get_family(family_name)
-    proposer = LLMProposer("synthetic/meta", proposer_complete, family.handbook, windows=Gateway.budget)
+    proposer = LLMProposer("synthetic/meta", FunctionClient(proposer_complete), family.handbook)
     h = family.baseline_harness()
     evidence = {"family": family_name, "harness_id": h.id[:12], "harness": h.describe(), "failures": failures,
                 "failures_total": len(failures), "history": []}

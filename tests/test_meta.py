@@ -11,11 +11,10 @@ from coevolve.agents.meta.acceptance import PairedResult, SignTest, sign_test_p
 from coevolve.agents.meta.proposer import parse_response, proposer_messages
 from coevolve.analysis.usage import edit_usage
 from coevolve.llm.contract import Completion
-from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
 from coevolve.values import AddHook, AddRecipe, HarnessEdit, HookSpec, Recipe
-from tests.rollouts import InProcessEvaluator, proposer_complete, rollout_all
+from tests.rollouts import FunctionClient, InProcessEvaluator, proposer_complete, rollout_all
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proposer"
 IOT = get_family("iot")
@@ -87,14 +86,14 @@ def small_config(**kw):
 def make_loop(tmp_path, config, proposer=None, evaluator=None):
     store = HarnessStore(tmp_path / "store")
     run_id = store.create_run("evolve", config.to_json())
-    proposer = proposer or LLMProposer(config.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget)
+    proposer = proposer or LLMProposer(config.proposer, FunctionClient(proposer_complete), IOT.handbook)
     return HarnessEvolution(config, evaluator or InProcessEvaluator(), proposer, store, run_id), store
 
 
 def test_rejected_edit_never_changes_the_current_harness(tmp_path):
     harmful = '{"edits": [{"rationale": "cut turns", "ops": [{"op": "set_max_turns", "max_turns": 2}]}]}'
     config = small_config(budget=Budget(iterations=2, rollouts=1000))
-    loop, store = make_loop(tmp_path, config, LLMProposer("x/recorded", Recorded(harmful), windows=Gateway.budget))
+    loop, store = make_loop(tmp_path, config, LLMProposer("x/recorded", FunctionClient(Recorded(harmful))))
     result = loop.run()
     assert result.harness_id == IOT.baseline_harness().id
     assert result.accepted == [] and result.rejected >= 1
@@ -125,12 +124,12 @@ def test_rollout_budget_is_never_exceeded(tmp_path, limit):
 def test_token_and_dollar_budgets_overshoot_by_at_most_one_call(tmp_path):
     rec = Recorded('{"edits": []}')
     config = small_config(plateau=100, budget=Budget(iterations=50, proposer_tokens=2500))
-    loop, _ = make_loop(tmp_path, config, LLMProposer("x/r", rec, windows=Gateway.budget))
+    loop, _ = make_loop(tmp_path, config, LLMProposer("x/r", FunctionClient(rec)))
     result = loop.run()
     assert result.stop_reason == "budget:proposer_tokens"
     assert 2500 <= result.spend["proposer_tokens"] < 2500 + 1200  # one recorded call is 1200 tokens
     config = small_config(plateau=100, budget=Budget(iterations=50, usd=0.02))
-    loop, _ = make_loop(tmp_path / "b", config, LLMProposer("x/r", Recorded('{"edits": []}'), windows=Gateway.budget))
+    loop, _ = make_loop(tmp_path / "b", config, LLMProposer("x/r", FunctionClient(Recorded('{"edits": []}'))))
     result = loop.run()
     assert result.stop_reason == "budget:usd"
 
@@ -160,7 +159,7 @@ def test_killed_run_resumes_from_the_store_to_the_same_final_harness(tmp_path, c
     with pytest.raises(Crash):
         loop.run()
     # a new process would only have the store and the run id
-    resumed = HarnessEvolution(config, InProcessEvaluator(), LLMProposer(config.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget),
+    resumed = HarnessEvolution(config, InProcessEvaluator(), LLMProposer(config.proposer, FunctionClient(proposer_complete), IOT.handbook),
                                HarnessStore(tmp_path / "crash" / "store", create=False), loop.run_id)
     result = resumed.run(resume=True)
     assert result.harness_id == expected.harness_id

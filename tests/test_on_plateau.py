@@ -12,10 +12,9 @@ from structlog.testing import capture_logs
 
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
 from coevolve.agents.meta.acceptance import BootstrapTest, FamilyRule, PairedResult, SignTest, min_wins
-from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
-from tests.rollouts import InProcessEvaluator, proposer_complete
+from tests.rollouts import FunctionClient, InProcessEvaluator, proposer_complete
 from tests.test_meta import Crash, CrashingEvaluator, Recorded
 
 IOT = get_family("iot")
@@ -31,7 +30,7 @@ def config(**kw):
 def make_loop(path, cfg, proposer=None, evaluator=None):
     store = HarnessStore(path / "store")
     run_id = store.create_run("evolve", cfg.to_json())
-    proposer = proposer or LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget)
+    proposer = proposer or LLMProposer(cfg.proposer, FunctionClient(proposer_complete), IOT.handbook)
     return HarnessEvolution(cfg, evaluator or InProcessEvaluator(), proposer, store, run_id), store
 
 
@@ -49,14 +48,14 @@ def test_stop_is_the_default_and_journals_as_before():
 def test_continue_spends_the_budget_where_stop_stops(tmp_path):
     """An edit the rule always rejects: stop ends after `plateau` iterations with rollouts left;
     continue runs the same first iterations, then goes on with new train batches to the budget."""
-    stop_loop, stop_store = make_loop(tmp_path / "stop", config(), LLMProposer("x/recorded", Recorded(HARMFUL), windows=Gateway.budget))
+    stop_loop, stop_store = make_loop(tmp_path / "stop", config(), LLMProposer("x/recorded", FunctionClient(Recorded(HARMFUL))))
     stop = stop_loop.run()
     assert stop.stop_reason == "plateau" and stop.iterations == 2 and stop.plateaus == 0
     assert stop.rollouts_used < 400 - 100
     assert stop_store.events(stop_loop.run_id, "plateau") == []
 
     cont_loop, cont_store = make_loop(tmp_path / "cont", config(on_plateau="continue"),
-                                      LLMProposer("x/recorded", Recorded(HARMFUL), windows=Gateway.budget))
+                                      LLMProposer("x/recorded", FunctionClient(Recorded(HARMFUL))))
     ev = cont_loop.evaluator
     cont = cont_loop.run()
     assert cont.stop_reason == "budget:rollouts"
@@ -82,7 +81,7 @@ def test_a_killed_continue_run_resumes_to_the_same_harness(tmp_path, crash_at):
     loop, _ = make_loop(tmp_path / "crash", cfg, evaluator=CrashingEvaluator(crash_at))
     with pytest.raises(Crash):
         loop.run()
-    resumed = HarnessEvolution(cfg, InProcessEvaluator(), LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget),
+    resumed = HarnessEvolution(cfg, InProcessEvaluator(), LLMProposer(cfg.proposer, FunctionClient(proposer_complete), IOT.handbook),
                                HarnessStore(tmp_path / "crash" / "store", create=False), loop.run_id)
     result = resumed.run(resume=True)
     assert (result.harness_id, result.evolved_val, result.plateaus, result.rollouts_used, result.iterations) == (
@@ -101,7 +100,7 @@ def test_min_wins_is_the_sign_tests_m():
 
 def test_a_val_set_too_small_for_the_rule_is_reported_before_any_rollout(tmp_path):
     cfg = config(val_n=2, val_seeds=2, budget=Budget(iterations=2, rollouts=200))  # 4 pairs; k = 3 needs 5 wins
-    loop, store = make_loop(tmp_path, cfg, LLMProposer("x/recorded", Recorded(HARMFUL), windows=Gateway.budget))
+    loop, store = make_loop(tmp_path, cfg, LLMProposer("x/recorded", FunctionClient(Recorded(HARMFUL))))
     warning = loop.acceptance_reach()
     assert loop.evaluator.rollouts == 0
     assert warning["check"] == "val pairs" and warning["pairs"] == 4 and warning["wins_needed"] is None
@@ -126,13 +125,13 @@ class _AllPassOnVal(InProcessEvaluator):
 
 def test_a_starting_harness_with_too_few_failed_pairs_is_reported(tmp_path):
     cfg = config(val_n=6, budget=Budget(iterations=1, rollouts=200))  # 12 pairs: enough in principle
-    loop, store = make_loop(tmp_path, cfg, LLMProposer("x/recorded", Recorded(HARMFUL), windows=Gateway.budget), evaluator=_AllPassOnVal())
+    loop, store = make_loop(tmp_path, cfg, LLMProposer("x/recorded", FunctionClient(Recorded(HARMFUL))), evaluator=_AllPassOnVal())
     assert loop.acceptance_reach() is None
     loop.run()
     warnings = [e.payload for e in store.events(loop.run_id, "warning")]
     assert [w["check"] for w in warnings] == ["winnable pairs"]
     assert warnings[0]["winnable"] == 0 and warnings[0]["wins_needed"] == 5 and warnings[0]["pairs"] == 12
     # the real baseline fails enough of the 12 pairs to be beaten: no warning
-    real, real_store = make_loop(tmp_path / "real", cfg, LLMProposer("x/recorded", Recorded(HARMFUL), windows=Gateway.budget))
+    real, real_store = make_loop(tmp_path / "real", cfg, LLMProposer("x/recorded", FunctionClient(Recorded(HARMFUL))))
     real.run()
     assert real_store.events(real.run_id, "warning") == []

@@ -34,11 +34,10 @@ from coevolve.agents.meta.proposer import Proposal
 from coevolve.agents.meta.race import edit_targets, min_guard_budget, search_val_n
 from coevolve.edits import apply_edit, edit_from_json
 from coevolve.llm.contract import Completion
-from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore, rollout_key
 from coevolve.tasks import get_family
 from coevolve.values import Outcome, Trajectory
-from tests.rollouts import InProcessEvaluator, proposer_complete
+from tests.rollouts import FunctionClient, InProcessEvaluator, proposer_complete
 from tests.test_meta import Crash
 
 IOT = get_family("iot")
@@ -250,7 +249,7 @@ def race_config(**kw: Any) -> EvolveConfig:
 def make_race(path: Path, cfg: EvolveConfig, evaluator: Any = None) -> tuple[Any, HarnessStore]:
     store = HarnessStore(path / "store")
     run_id = store.create_run("evolve", cfg.to_json())
-    proposer = LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget)
+    proposer = LLMProposer(cfg.proposer, FunctionClient(proposer_complete), IOT.handbook)
     return make_evolution(cfg, evaluator or InProcessEvaluator(), proposer, store, run_id), store
 
 
@@ -296,7 +295,7 @@ def test_a_run_killed_mid_race_resumes_to_the_same_released_harness(tmp_path, cr
     race, _ = make_race(tmp_path / "crash", cfg, Recording(crash_at))
     with pytest.raises(Crash):
         race.run()
-    proposer = LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget)
+    proposer = LLMProposer(cfg.proposer, FunctionClient(proposer_complete), IOT.handbook)
     resumed = make_evolution(cfg, InProcessEvaluator(), proposer, HarnessStore(tmp_path / "crash" / "store", create=False),
                              race.run_id).run(resume=True)
     assert (resumed.harness_id, resumed.rollouts_used, resumed.accepted) == (expected.harness_id, expected.rollouts_used, expected.accepted)

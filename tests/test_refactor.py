@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.services.gateway import Gateway
 from coevolve.tasks import get_family
 from coevolve.tasks.base import Knowledge, ToolArgError
 from coevolve.tasks.refactor import CHANGELOG, apply_patch, make_patch, original_files, refactored_files
 from coevolve.tasks.refactor.plan import FULL as PLAN_FULL
 from tests.helpers import failed, solved_env
+from tests.rollouts import FunctionClient
 
 FAM = get_family("refactor")
 FULL = FAM.full_knowledge()
@@ -486,7 +486,7 @@ def _evolve_refactor(root: Path) -> tuple[str, int, float, int]:
                           plateau=2, budget=Budget(iterations=3, rollouts=10_000))
     store = HarnessStore(root)
     run_id = store.create_run("evolve", config.to_json())
-    proposer = LLMProposer(config.proposer, proposer_complete, FAM.handbook, windows=Gateway.budget)
+    proposer = LLMProposer(config.proposer, FunctionClient(proposer_complete), FAM.handbook)
     result = HarnessEvolution(config, InProcessEvaluator(), proposer, store, run_id).run()
     return result.harness_id, result.rollouts_used, result.evolved_val, len(result.accepted)
 

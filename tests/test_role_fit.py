@@ -34,6 +34,7 @@ from coevolve.agents.transcript import payload_from_messages, payload_message
 from coevolve.services.gateway import Gateway
 from tests.helpers import serving
 from tests.lifecycle_fixtures import tiny_model  # noqa: F401 - fixture
+from tests.rollouts import FunctionClient
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -414,13 +415,13 @@ def test_judge_and_expert_with_a_small_window_get_fitted_prompts_and_answer(prov
         _complete("windowed/judge", raw, [], 0)
     provider.seen.clear()
 
-    judge, used = Judge("windowed/judge", _complete, windows=Gateway.budget), RoleUsage()
+    judge, used = Judge("windowed/judge", FunctionClient(_complete)), RoleUsage()
     locus = judge.locate(t, usage=used)
     assert not locus.reason.startswith(UNKNOWN) and used.failed_calls == 0 and used.fitted == 1
     assert used.cuts and used.cuts[-1].startswith("judge_locate: prompt ") and used.as_json()["cuts"] == used.cuts
     assert provider.seen and all(n <= 6144 - 512 for _, n in provider.seen)
 
-    expert, used = ExpertRewriter("windowed/expert", _complete, get_family("payroll").handbook, windows=Gateway.budget), RoleUsage()
+    expert, used = ExpertRewriter("windowed/expert", FunctionClient(_complete), get_family("payroll").handbook), RoleUsage()
     cands = expert.rewrite(t, locus, k=2, usage=used)
     assert any("error" not in c for c in cands) and used.failed_calls == 0, cands
     assert any(line.startswith("expert: prompt ") for line in used.cuts)
@@ -447,8 +448,8 @@ def test_a_dataset_build_with_small_window_roles_completes_and_its_rows_say_what
     fam = get_family("payroll")
     cfg = BuildConfig(arm="correction", family="payroll", model="synthetic/weak", expert="windowed/expert",
                       judge="windowed/judge", rows=4, samples=1, k=2, concurrency=2)
-    backend = LocalBackend(InProcessEvaluator(), Judge(cfg.judge, _complete, windows=Gateway.budget),
-                           ExpertRewriter(cfg.expert, _complete, fam.handbook, windows=Gateway.budget))
+    backend = LocalBackend(InProcessEvaluator(), Judge(cfg.judge, FunctionClient(_complete)),
+                           ExpertRewriter(cfg.expert, FunctionClient(_complete), fam.handbook))
     builder = DatasetBuilder(cfg, fam.baseline_harness(), fam.generate("train", 12), backend)
     rows, stats = builder.build(builder.sample(cfg.model))
     corrected = [r for r in rows if r.provenance["kind"] == "corrected"]
@@ -473,7 +474,7 @@ def _evolution(tmp_path, proposer_model, iterations=1):
                           candidates=2, plateau=5, budget=EvolveBudget(iterations=iterations, rollouts=2000))
     store = HarnessStore(tmp_path / "store")
     run_id = store.create_run("evolve", config.to_json())
-    proposer = LLMProposer(proposer_model, _complete, get_family("payroll").handbook, windows=Gateway.budget)
+    proposer = LLMProposer(proposer_model, FunctionClient(_complete), get_family("payroll").handbook)
     return HarnessEvolution(config, InProcessEvaluator(), proposer, store, run_id), store
 
 
@@ -504,13 +505,13 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     # the server enforces a smaller window than it reports: every call overflows, the refit too
     provider.enforced = {"judge": 300, "expert": 300, "meta": 300}
     used = RoleUsage()
-    locus = Judge("windowed/judge", _complete, windows=Gateway.budget).locate(t, usage=used)
+    locus = Judge("windowed/judge", FunctionClient(_complete)).locate(t, usage=used)
     assert locus.reason.startswith(f"{UNKNOWN}: the judge call failed") and "rule-based guess" in locus.reason
     assert used.failed_calls == 2 and "window exceeded: refitted to 3/4" in " ".join(used.cuts)
     guess = FailureLocus(t.id, locus.turn_index, "the rule-based guess")
-    cands = ExpertRewriter("windowed/expert", _complete, get_family("payroll").handbook, windows=Gateway.budget).rewrite(t, guess, k=2)
+    cands = ExpertRewriter("windowed/expert", FunctionClient(_complete), get_family("payroll").handbook).rewrite(t, guess, k=2)
     assert all(c["error"].startswith("unknown: the expert call failed") for c in cands), cands
-    verdict = Judge("windowed/judge", _complete, windows=Gateway.budget).score(t, locus, {"strategy": "s", "tool_call": {"name": "finish", "arguments": {}}})
+    verdict = Judge("windowed/judge", FunctionClient(_complete)).score(t, locus, {"strategy": "s", "tool_call": {"name": "finish", "arguments": {}}})
     assert verdict["valid"] is False and verdict["score"] == 0.0  # the candidate is skipped
 
     # the evolve command's crash: the proposer's window exceeded ended the run with a traceback
@@ -530,7 +531,7 @@ def test_role_calls_that_still_fail_are_recorded_not_raised(provider, payroll_fa
     provider.fail_with = litellm.ServiceUnavailableError(message="upstream 503", llm_provider="windowed", model="judge")
 
     gateway = Gateway()
-    judge = Judge("windowed/judge", gateway.complete, retries=0, windows=Gateway.budget)
+    judge = Judge("windowed/judge", gateway, retries=0)
     locus = judge.locate(t, usage=(used := RoleUsage()))
     assert locus.reason.startswith(f"{UNKNOWN}: the judge call failed") and used.failed_calls == 1
 
@@ -545,12 +546,12 @@ def test_a_window_too_small_for_anything_calls_no_model(provider, payroll_failur
     monkeypatch.setenv("COEVOLVE_CONTEXT_WINDOWS", "windowed/judge=512,windowed/expert=512,windowed/meta=512")
     fam = get_family("payroll")
     t = payroll_failures[0]
-    locus = Judge("windowed/judge", _complete, windows=Gateway.budget).locate(t, usage=(used := RoleUsage()))
+    locus = Judge("windowed/judge", FunctionClient(_complete)).locate(t, usage=(used := RoleUsage()))
     assert locus.reason.startswith(f"{UNKNOWN}: the prompt does not fit the judge model's window even after cuts")
     assert used.calls == 0 and used.failed_calls == 1
-    cands = ExpertRewriter("windowed/expert", _complete, fam.handbook, windows=Gateway.budget).rewrite(t, locus, k=2)
+    cands = ExpertRewriter("windowed/expert", FunctionClient(_complete), fam.handbook).rewrite(t, locus, k=2)
     assert all("does not fit the expert model's window" in c["error"] for c in cands)
-    proposals, comp = LLMProposer("windowed/meta", _complete, fam.handbook, windows=Gateway.budget).propose(
+    proposals, comp = LLMProposer("windowed/meta", FunctionClient(_complete), fam.handbook).propose(
         build_evidence("payroll", fam.baseline_harness(), payroll_failures, [], 8), fam.baseline_harness(), 3, 0)
     assert len(proposals) == 1 and proposals[0].error.startswith("proposer call failed: the evidence does not fit")
     assert comp.prompt_tokens == 0 and provider.seen == []  # nothing was sent
@@ -608,18 +609,16 @@ def test_a_judge_served_by_vllm_at_a_small_window_gets_a_fitted_prompt_and_answe
         complete("vllm/tiny", raw, [], 0)
     sent.clear()
     used = RoleUsage()
-    locus = Judge("vllm/tiny", complete, retries=0, windows=Gateway.budget).locate(t, usage=used)
+    locus = Judge("vllm/tiny", FunctionClient(complete), retries=0).locate(t, usage=used)
     assert used.calls == 1 and used.failed_calls == 0 and used.fitted == 1  # the call went through
     assert locus.trajectory_id == t.id and used.cuts[-1].endswith(f"tokens ({budget.counted_by}) of 5632 allowed")
     assert len(sent) == 1 and count(sent[0]) <= 5632 and used.prompt_tokens <= 5632  # vLLM's own count too
 
 
-def test_a_role_fits_to_the_lookup_it_is_given_and_without_one_to_the_default():
-    from coevolve.agents.fit import DEFAULT_WINDOW, budget_for
+def test_a_role_fits_to_the_budget_its_client_gives():
     from coevolve.agents.judge import Judge
 
-    assert budget_for("synthetic/weak", "judge", Gateway.budget).window == 8000
-    bare = budget_for("synthetic/weak", "judge", None)
-    assert (bare.window, bare.source, bare.count) == (DEFAULT_WINDOW, "default (no lookup)", None)
-    judge = Judge("synthetic/judge", lambda *a: None, windows=lambda m, r: bare)
+    assert Gateway.budget("synthetic/weak", "judge").window == 8000
+    bare = Budget("synthetic/judge", "judge", 1000, 250, "a test's window")
+    judge = Judge("synthetic/judge", FunctionClient(lambda *a: None, lambda m, r: bare))
     assert judge._budget() is bare

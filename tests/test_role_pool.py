@@ -10,11 +10,10 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from coevolve.agents.judge import Judge
 from coevolve.codec import decode, encode
-from coevolve.services.gateway import Gateway
 from coevolve.services.pools import base
 from coevolve.services.pools.roles import RolePool
 from coevolve.tasks import get_family
-from tests.rollouts import proposer_complete, rollout_all
+from tests.rollouts import FunctionClient, proposer_complete, rollout_all
 
 FAM = get_family("iot")
 
@@ -60,4 +59,4 @@ def test_a_role_actor_lost_mid_call_is_replaced_off_its_node_killed_and_its_call
     assert (victim, {"no_restart": True}) in kills  # killed by the pool: it was still running
     with pytest.raises(RayActorError):
         ray.get(victim.ready.remote(), timeout=60)
-    assert decode(locus) == Judge("synthetic/judge", proposer_complete, windows=Gateway.budget).locate(failed)
+    assert decode(locus) == Judge("synthetic/judge", FunctionClient(proposer_complete)).locate(failed)

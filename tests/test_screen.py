@@ -13,10 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
-from coevolve.services.gateway import Gateway
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
-from tests.rollouts import InProcessEvaluator, proposer_complete
+from tests.rollouts import FunctionClient, InProcessEvaluator, proposer_complete
 from tests.test_meta import Crash, CrashingEvaluator
 
 IOT = get_family("iot")
@@ -31,7 +30,7 @@ def config(**kw):
 def make_loop(path: Path, cfg, evaluator=None, loop_cls=HarnessEvolution):
     store = HarnessStore(path / "store")
     run_id = store.create_run("evolve", cfg.to_json())
-    proposer = LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget)
+    proposer = LLMProposer(cfg.proposer, FunctionClient(proposer_complete), IOT.handbook)
     return loop_cls(cfg, evaluator or InProcessEvaluator(), proposer, store, run_id), store
 
 
@@ -116,7 +115,7 @@ def test_a_run_killed_after_a_screen_resumes_to_the_same_harness_and_spend(tmp_p
     with pytest.raises(Crash):
         loop.run()
     assert store.events(loop.run_id, "checkpoint") and screen_batches(store, loop.run_id)[-1][0].split("-")[1] == "it1"
-    resumed = HarnessEvolution(cfg, InProcessEvaluator(), LLMProposer(cfg.proposer, proposer_complete, IOT.handbook, windows=Gateway.budget),
+    resumed = HarnessEvolution(cfg, InProcessEvaluator(), LLMProposer(cfg.proposer, FunctionClient(proposer_complete), IOT.handbook),
                                HarnessStore(tmp_path / "crash" / "store", create=False), loop.run_id)
     result = resumed.run(resume=True)
     assert (result.harness_id, result.evolved_val, result.rollouts_used, result.iterations, result.rejected) == (

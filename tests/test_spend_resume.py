@@ -16,11 +16,10 @@ from coevolve.agents.local import LocalBackend, LocalEvaluator
 from coevolve.agents.meta import Budget, EvolveConfig, HarnessEvolution, LLMProposer
 from coevolve.config import load_profile
 from coevolve.pipeline import CoEvolution
-from coevolve.services.gateway import Gateway
 from coevolve.services.pools.backend import StoreTrainer
 from coevolve.store.store import HarnessStore
 from coevolve.tasks import get_family
-from tests.rollouts import _GATEWAY, proposer_complete
+from tests.rollouts import _GATEWAY, FunctionClient, proposer_complete
 
 PROFILE = ["families=[iot]", "budget.cycles=1", "budget.plateau=1", "evolve.iterations=2", "evolve.rollouts=400",
            "evolve.val_n=12", "evolve.val_seeds=2", "evolve.train_batch=12", "data.rows=20", "data.samples=1", "data.k=2",
@@ -58,9 +57,9 @@ class Counted(LocalEvaluator):
 def backend(store: HarnessStore, evaluator: LocalEvaluator) -> LocalBackend:
     return LocalBackend(
         evaluator,
-        Judge("synthetic/judge", proposer_complete, windows=Gateway.budget),
-        ExpertRewriter("synthetic/expert", proposer_complete, windows=Gateway.budget),
-        proposer=LLMProposer("synthetic/meta", proposer_complete, windows=Gateway.budget),
+        Judge("synthetic/judge", FunctionClient(proposer_complete)),
+        ExpertRewriter("synthetic/expert", FunctionClient(proposer_complete)),
+        proposer=LLMProposer("synthetic/meta", FunctionClient(proposer_complete)),
         trainer=StoreTrainer(store, "synthetic/weak", "synthetic"),
     )
 
@@ -118,7 +117,7 @@ def test_a_resumed_evolution_reuses_the_rollouts_it_stored_after_its_last_checkp
     def loop(root: Path, evaluator, run_id: str | None = None):
         store = HarnessStore(root)
         rid = run_id or store.create_run("evolve", config.to_json())
-        return HarnessEvolution(config, evaluator, LLMProposer(config.proposer, proposer_complete, fam.handbook, windows=Gateway.budget), store, rid), store
+        return HarnessEvolution(config, evaluator, LLMProposer(config.proposer, FunctionClient(proposer_complete), fam.handbook), store, rid), store
 
     reference, _ = loop(tmp_path / "ref", Counted())
     expected = reference.run()

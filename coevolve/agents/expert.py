@@ -28,8 +28,6 @@ from coevolve.agents.fit import (
     CUT_NOTE,
     TOOL_SHARE,
     Budget,
-    BudgetLookup,
-    budget_for,
     expert_stages,
     fit,
     fit_tool_result,
@@ -37,7 +35,7 @@ from coevolve.agents.fit import (
 from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
 from coevolve.agents.judge import RoleUsage
 from coevolve.agents.transcript import answer_json, payload_message, tool_schemas, turn_records
-from coevolve.llm.contract import Complete, ContextWindowExceeded, ModelUnavailable
+from coevolve.llm.contract import ContextWindowExceeded, ModelUnavailable, RoleClient
 from coevolve.tasks.handbook import Handbook
 from coevolve.values import FailureLocus, Trajectory
 
@@ -69,17 +67,16 @@ def corrected_message(candidate: dict[str, Any], turn: int) -> dict[str, Any]:
 @dataclass
 class ExpertRewriter:
     model: str
-    complete: Complete
+    client: RoleClient
     handbook: Handbook | None = None
     retries: int = 1
     max_tool_rounds: int = 3
     usage: RoleUsage = field(default_factory=RoleUsage)
-    budget: Budget | None = None  # the model's context window; None: from `windows` on first use
-    windows: BudgetLookup | None = None  # the model client's window lookup (None: `default_budget`)
+    budget: Budget | None = None  # the model's context window; None: the client's, on first use
 
     def _budget(self) -> Budget:
         if self.budget is None:
-            self.budget = budget_for(self.model, "expert", self.windows)
+            self.budget = self.client.budget(self.model, "expert")
         return self.budget
 
     def rewrite(
@@ -154,7 +151,7 @@ class ExpertRewriter:
         full = False
         for round_ in range(self.max_tool_rounds + 1):
             tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds and not full else []
-            comp = self.complete(self.model, messages, tools, seed)
+            comp = self.client.complete(self.model, messages, tools, seed)
             usage.add(comp)
             calls = comp.message.get("tool_calls") or []
             if not calls or not tools:

@@ -161,21 +161,6 @@ def reply_tokens(role: str, window: int) -> int:
     return min(REPLY_TOKENS[role], window // 4)
 
 
-# Where a role's budget comes from: the model client's lookup (`coevolve.services.context_windows.lookup`
-# for the gateway), handed to the role by whoever wires it to that client.
-BudgetLookup = Callable[[str, str], Budget]
-
-
-def default_budget(model: str, role: str) -> Budget:
-    """The budget of a role given no lookup: `DEFAULT_WINDOW`, prompts counted by the estimate."""
-    return Budget(model, role, DEFAULT_WINDOW, reply_tokens(role, DEFAULT_WINDOW), "default (no lookup)")
-
-
-def budget_for(model: str, role: str, lookup: BudgetLookup | None) -> Budget:
-    """The role model's budget from `lookup` (None: `default_budget`)."""
-    return (lookup or default_budget)(model, role)
-
-
 # ------------------------------------------------------------------------------------ the engine
 @dataclass(frozen=True)
 class Stage:

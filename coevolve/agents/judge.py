@@ -1,6 +1,6 @@
 """The judge (docs/ARCHITECTURE.md §4): locates the failing turn of a rollout, scores candidate rewrites and
 classifies failures into the six categories of `FAILURE_CATEGORIES`. A plain class: any model the gateway reaches (or
-`synthetic/judge`) plays the role through `complete(model, messages, tools, seed) -> Completion`.
+`synthetic/judge`) plays the role through its `RoleClient` (`coevolve.llm.contract`: a reply, and the window to fit).
 
 Each answer is parsed and validated from the model's JSON; an unparseable or invalid answer is
 retried (with a different seed), then recorded as unknown: `locate` falls back to the rule-based first
@@ -25,7 +25,7 @@ from typing import Any
 
 from jsonschema import Draft7Validator
 
-from coevolve.agents.fit import CUT_NOTE, Budget, BudgetLookup, Stage, budget_for, fit, judge_stages
+from coevolve.agents.fit import CUT_NOTE, Budget, Stage, fit, judge_stages
 from coevolve.agents.transcript import (
     answer_json,
     first_error_turn,
@@ -34,7 +34,7 @@ from coevolve.agents.transcript import (
     tool_schemas,
     turn_records,
 )
-from coevolve.llm.contract import Complete, Completion, ContextWindowExceeded, ModelUnavailable
+from coevolve.llm.contract import Completion, ContextWindowExceeded, ModelUnavailable, RoleClient
 from coevolve.values import FAILURE_CATEGORIES, FailureLabel, FailureLocus, Trajectory
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
@@ -100,15 +100,14 @@ class Judge:
     keep their own), else to the judge's running total `self.usage`."""
 
     model: str
-    complete: Complete
+    client: RoleClient
     retries: int = 2
     usage: RoleUsage = field(default_factory=RoleUsage)
-    budget: Budget | None = None  # the model's context window; None: from `windows` on first use
-    windows: BudgetLookup | None = None  # the model client's window lookup (None: `default_budget`)
+    budget: Budget | None = None  # the model's context window; None: the client's, on first use
 
     def _budget(self) -> Budget:
         if self.budget is None:
-            self.budget = budget_for(self.model, "judge", self.windows)
+            self.budget = self.client.budget(self.model, "judge")
         return self.budget
 
     def _ask(
@@ -132,7 +131,7 @@ class Judge:
         why, refitted, attempt = "the judge's answer could not be parsed", False, 0
         while attempt <= self.retries:
             try:
-                comp = self.complete(self.model, fitted.messages, [], seed + attempt)
+                comp = self.client.complete(self.model, fitted.messages, [], seed + attempt)
             except ContextWindowExceeded as e:
                 usage.failed_calls += 1
                 if refitted:

@@ -66,8 +66,7 @@ def _evolve(
     from coevolve.tasks import get_family
 
     handbook = get_family(config.family).handbook if config.handbook else None
-    proposer = LLMProposer(config.proposer, gateway.complete, handbook,
-                             windows=gateway.budget)
+    proposer = LLMProposer(config.proposer, gateway, handbook)
     loop = make_evolution(config, PoolEvaluator(pool), proposer, store, run_id, on_progress=on_progress)
     try:
         result = loop.run(resume=resumed)

@@ -67,7 +67,7 @@ def gather(store: Any, run_id: str, judge_model: str | None = None) -> dict[str,
     from coevolve.tasks import get_family
 
     gateway = Gateway()
-    judge = Judge(judge_model, gateway.complete, windows=gateway.budget)
+    judge = Judge(judge_model, gateway)
     for key, cell in cells.items():
         stage = key.split(":")[0]
         data["cost"][stage]["seconds"] += cell.get("seconds", 0.0)

@@ -2,7 +2,6 @@
 constrained tool calls (`constrained`) and injected endpoint faults (`faults`)."""
 
 from coevolve.llm.contract import (
-    Complete,
     Completion,
     ContextWindowExceeded,
     DecodingUnsupported,
@@ -11,5 +10,5 @@ from coevolve.llm.contract import (
     RetryPolicy,
 )
 
-__all__ = ["Complete", "Completion", "ContextWindowExceeded", "DecodingUnsupported", "ModelClient", "ModelUnavailable",
+__all__ = ["Completion", "ContextWindowExceeded", "DecodingUnsupported", "ModelClient", "ModelUnavailable",
            "RetryPolicy"]

@@ -1,10 +1,9 @@
 """The model-call contract every floor above this one speaks: a `Completion` (one normalised reply),
 the `ModelClient` protocol the executor calls (the gateway implements it; tests may fake it), the
-role-call signature `Complete`, the retry policy, and the errors a call can end in."""
+`RoleClient` the roles (judge, expert, proposer) call, the retry policy, and the errors a call can end in."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -64,5 +63,12 @@ class ContextWindowExceeded(ModelUnavailable):
     context (its context policy), so it is not an infra fault to be excused from the pass rate."""
 
 
-# How a role (judge, expert, proposer) calls its model: (model, messages, tools, seed) -> Completion.
-Complete = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], "Completion"]
+class RoleClient(Protocol):
+    """What a role (judge, expert rewriter, proposer) holds of its model client: a reply, and the budget
+    its prompts must fit (a `coevolve.agents.fit.Budget`: the model's context window and prompt counter).
+    The gateway implements it."""
+
+    def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                 seed: int = 0) -> Completion: ...
+
+    def budget(self, model: str, role: str) -> Any: ...

@@ -26,15 +26,13 @@ from coevolve.agents.fit import (
     CUT_NOTE,
     TOOL_SHARE,
     Budget,
-    BudgetLookup,
-    budget_for,
     evidence_stages,
     fit,
     fit_tool_result,
 )
 from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
 from coevolve.edits import EditError, apply_edit, edit_from_json
-from coevolve.llm.contract import Complete, Completion, ContextWindowExceeded, ModelUnavailable
+from coevolve.llm.contract import Completion, ContextWindowExceeded, ModelUnavailable, RoleClient
 from coevolve.tasks.handbook import Handbook
 from coevolve.values import Harness, HarnessEdit
 
@@ -133,20 +131,18 @@ class LLMProposer:
     """`handbook`: the family's documentation, offered as tools (None: the proposer works from the
     evidence alone). At most `max_tool_rounds` rounds of tool calls, then the model must answer."""
 
-    def __init__(self, model: str, complete: Complete, handbook: Handbook | None = None, max_tool_rounds: int = 4,
-                 budget: Budget | None = None, windows: BudgetLookup | None = None):
-        """`budget`: the model's context window (None: from `windows`, the model client's window lookup,
-        on the first proposal; no lookup: `default_budget`)."""
+    def __init__(self, model: str, client: RoleClient, handbook: Handbook | None = None, max_tool_rounds: int = 4,
+                 budget: Budget | None = None):
+        """`budget`: the model's context window (None: the client's, on the first proposal)."""
         self.model = model
-        self.complete = complete
+        self.client = client
         self.handbook = handbook
         self.max_tool_rounds = max_tool_rounds
         self.budget = budget
-        self.windows = windows
 
     def _budget(self) -> Budget:
         if self.budget is None:
-            self.budget = budget_for(self.model, "proposer", self.windows)
+            self.budget = self.client.budget(self.model, "proposer")
         return self.budget
 
     def propose(self, evidence: dict[str, Any], harness: Harness, k: int, seed: int) -> tuple[list[Proposal], Completion]:
@@ -187,7 +183,7 @@ class LLMProposer:
         while round_ <= self.max_tool_rounds:
             tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds and not full else []
             try:
-                comp = self.complete(self.model, messages, tools, seed)
+                comp = self.client.complete(self.model, messages, tools, seed)
             except ContextWindowExceeded as e:
                 if refitted or round_ > 0:
                     return failed(str(e)[:300])

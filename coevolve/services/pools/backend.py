@@ -31,7 +31,7 @@ class RayBackend(CycleRoles):
         template = None
         if proposer is not None:
             gateway = Gateway()
-            template = LLMProposer(proposer, gateway.complete, windows=gateway.budget)
+            template = LLMProposer(proposer, gateway)
         super().__init__(template, trainer)
         self.rollouts = rollouts
         self.judges = judges

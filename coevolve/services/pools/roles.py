@@ -35,8 +35,8 @@ class RoleWorker(Worker):
         configure_logging()
         gateway = Gateway()
         gateway.warm_up()
-        self.judge = Judge(model, gateway.complete, windows=gateway.budget) if role == "judge" else None
-        self.experts = PerFamily(ExpertRewriter(model, gateway.complete, windows=gateway.budget)) if role == "expert" else None
+        self.judge = Judge(model, gateway) if role == "judge" else None
+        self.experts = PerFamily(ExpertRewriter(model, gateway)) if role == "expert" else None
 
     def locate(self, traj: bytes) -> tuple[bytes, dict[str, Any]]:
         used = RoleUsage()
