@@ -165,10 +165,10 @@ class EvolveSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     iterations: int = Field(
-        200, ge=1, le=MAX_CYCLES,
+        defaults.ITERATIONS, ge=1, le=MAX_CYCLES,
         description="harness-evolution steps at most (a step: one parent, its proposals raced, the guard fed); the"
         " rollout budget ends the search first when it is the smaller; every shipped profile and experiment sets its own")
-    rollouts: int = Field(1500, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
+    rollouts: int = Field(defaults.ROLLOUTS, ge=1, le=MAX_ROLLOUTS, description="rollout budget of one harness evolution")
     val_n: int = Field(defaults.VAL_N, ge=1, le=MAX_SIZE, description="validation instances the search compares candidates on (at"
                        " most the family's val split less a third, which the release guard draws its fresh pairs from)")
     val_seeds: int = Field(defaults.VAL_SEEDS, ge=1, le=MAX_SIZE, description="seeds each validation instance is evaluated at")
@@ -328,7 +328,7 @@ class RunProfile(BaseModel):
         default_factory=dict, description="role models' context windows in tokens, by litellm model name ('*': every"
         " model not named), stored with the run; they take precedence over COEVOLVE_CONTEXT_WINDOWS")
     repeats: int = Field(2, ge=1, le=MAX_SIZE, description="test-split rollouts per instance in the final report")
-    alpha: float = Field(0.1, gt=0, lt=1, description="acceptance threshold of the paired sign test")
+    alpha: float = Field(defaults.ALPHA, gt=0, lt=1, description="the harness search's error rate (race: of releasing an edit that does not help)")
     seed: Seed = Field(0, description="seed of the instances' sampling and the synthetic models")
     address: str | None = Field(None, description="Ray address to attach to (None: embedded local Ray)")
 

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from coevolve import defaults
 from coevolve.agents.backend import Backend, Job
 from coevolve.agents.context import apply_policy
 from coevolve.agents.executor import openai_tool
@@ -47,10 +48,10 @@ class BuildConfig:
     model: str  # the weak model (the student)
     expert: str
     judge: str
-    rows: int = 500  # target size; the set may be smaller when the train split does not yield enough
+    rows: int = defaults.ROWS  # target size; the set may be smaller when the train split does not yield enough
     self_pass_share: float = 0.1
-    k: int = 3  # rewrite candidates per failure
-    samples: int = 4  # rollouts per train instance (seeds seed..seed+samples-1)
+    k: int = defaults.K  # rewrite candidates per failure
+    samples: int = defaults.SAMPLES  # rollouts per train instance (seeds seed..seed+samples-1)
     require_verified: bool = False  # keep only corrections whose replay passed
     seed: int = 0
     concurrency: int = 8

@@ -68,6 +68,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from coevolve import defaults
 from coevolve.agents.meta.acceptance import FamilyRule, PairedResult, make_rule
 from coevolve.agents.meta.evidence import build_evidence
 from coevolve.agents.meta.proposer import LLMProposer, Proposal
@@ -80,8 +81,8 @@ from coevolve.values import Harness, TaskInstance, Trajectory
 
 @dataclass(frozen=True)
 class Budget:
-    iterations: int = 12
-    rollouts: int = 2000
+    iterations: int = defaults.ITERATIONS
+    rollouts: int = defaults.ROLLOUTS
     proposer_tokens: int = 2_000_000
     usd: float = 25.0
     seconds: float = 4 * 3600.0
@@ -108,16 +109,16 @@ class EvolveConfig:
     model: str
     proposer: str = "synthetic/meta"
     seed: int = 0
-    train_batch: int = 20
-    val_n: int = 50
-    candidates: int = 3
+    train_batch: int = defaults.TRAIN_BATCH
+    val_n: int = defaults.VAL_N
+    candidates: int = defaults.CANDIDATES
     evidence_failures: int = 8
     rule: str = "sign"
-    alpha: float = 0.1
+    alpha: float = defaults.ALPHA
     chunk: int = 10
     plateau: int = 3
     early_stop: bool = True
-    val_seeds: int = 2  # each val instance is evaluated at this many seeds (pairs = instances x seeds)
+    val_seeds: int = defaults.VAL_SEEDS  # each val instance is evaluated at this many seeds (pairs = instances x seeds)
     handbook: bool = True  # the proposer may consult the family's handbook
     family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha, the old rule)
     on_plateau: str = "stop"  # after `plateau` iterations without an accept: "stop", or "continue" to the budget
