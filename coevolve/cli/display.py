@@ -63,7 +63,7 @@ def eval_table(results: Sequence[Any]) -> None:
         if getattr(r, "tau2", None):
             tau2_lines(r.summary.family, r.summary.model, r.tau2)
     if any(is_synthetic(r.summary.model) for r in results):
-        testbed_notice()
+        print_testbed_notice()
 
 
 def tau2_lines(family: str, model: str, t: dict[str, Any]) -> None:
@@ -82,7 +82,7 @@ def tau2_lines(family: str, model: str, t: dict[str, Any]) -> None:
     console.print(f"{family} {t['note']}", markup=False, highlight=False, soft_wrap=True)
 
 
-def testbed_notice() -> None:
+def print_testbed_notice() -> None:
     from coevolve.analysis.summary import TESTBED_NOTICE
 
     console.print(f"[dim]note: {TESTBED_NOTICE}[/dim]")
@@ -212,7 +212,7 @@ def evolve_summary(out: dict[str, Any]) -> None:
     if out.get("context_note"):
         console.print(f"[dim]note: {escape(out['context_note'])}[/dim]")  # its [cut: ...] lines are text
     if is_synthetic(out["model"]):
-        testbed_notice()
+        print_testbed_notice()
 
 
 def _pts(gain: float) -> str:
@@ -237,7 +237,7 @@ def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
         if r.get("tau2_note"):
             console.print(f"{r['family']} {r['model']}: {r['tau2_note']}", markup=False, highlight=False, soft_wrap=True)
     if any(is_synthetic(r["model"]) for r in rows):
-        testbed_notice()
+        print_testbed_notice()
 
 
 def experiment_table(out: dict[str, Any]) -> None:
@@ -259,4 +259,4 @@ def experiment_table(out: dict[str, Any]) -> None:
     console.print(t)
     console.print(f"run {out['run_id']}: {out['cells_done']} of {out['cells_total']} cells done")
     if out.get("notice"):
-        testbed_notice()
+        print_testbed_notice()

@@ -157,7 +157,7 @@ def _panel(s: dict[str, Any]) -> Any:
 
 
 def _print_final(s: dict[str, Any]) -> None:
-    from coevolve.cli.display import console, escape, testbed_notice
+    from coevolve.cli.display import console, escape, print_testbed_notice
 
     result = s.get("result") or {}
     console.print(escape(f"run {s.get('run_id')}: {s.get('stage')} ({result.get('stop_reason', s.get('error', ''))})"))
@@ -169,7 +169,7 @@ def _print_final(s: dict[str, Any]) -> None:
             console.print(escape(f"    {line}"), style="dim", highlight=False)
     if result.get("report"):
         console.print(escape(f"report: {result['report']['html']}"))
-    testbed_notice()
+    print_testbed_notice()
     if s.get("train_backend") == "synthetic" and any(f.get("adapter") for f in (result.get("families") or {}).values()):
         from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES
 

@@ -19,6 +19,7 @@ from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, synthetic_adapter
 from coevolve.errors import BadInput
 from coevolve.jobs.runtime import use_store
 from coevolve.jobs.validate import resumed_run, validate_model
+from coevolve.values import with_adapter
 
 log = structlog.get_logger(role="adapt")
 Progress = Callable[[dict[str, Any]], None]
@@ -165,7 +166,7 @@ def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, ad
     pool = RolloutPool(workers, max_in_flight=in_flight)
     try:
         rates = {}
-        for label, m in (("base", model), ("adapted", f"{model}@{adapter_id}")):
+        for label, m in (("base", model), ("adapted", with_adapter(model, adapter_id))):
             trajs = pool.run([RolloutJob(i, harness, m, seed + 10_000 + r) for r in range(repeats) for i in instances])
             store.put_trajectories(run_id, trajs, batch=label)
             rates[label] = pass_rate(trajs)

@@ -63,9 +63,9 @@ monkeypatching the builtins it calls, by `os.open(dir_fd=...)` and by links to o
    full disk loses none of them; the reporter sees a full disk and the stop reason names it (ENOSPC).
    Wall time is enforced by killing every process of the run, with a watchdog in the parent that
    kills the whole sandbox if the sandbox itself stops answering.
-3. The old audit hook stays as a second layer inside (refuses sockets, process creation, ctypes and
-   writes outside the run's directory, and reports them as violations, which is what the reports
-   name); it is no longer what keeps the host safe.
+3. An audit hook is a second layer inside (refuses sockets, process creation, ctypes and writes
+   outside the run's directory, and reports them as violations, which is what the reports name); the
+   namespaces above, not the hook, are what keep the host safe.
 
 Start-up cost: one sandbox per parent process holds a fork server (a trusted interpreter that never
 runs untrusted code and never holds a run's data); each run is a fresh `fork` of it, so a run costs a

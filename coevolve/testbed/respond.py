@@ -11,6 +11,7 @@ from typing import Any
 from coevolve.testbed.meta import propose
 from coevolve.testbed.policy import SyntheticPolicy, SyntheticReply, profile_for
 from coevolve.testbed.roles import answer, role_of
+from coevolve.values import with_adapter
 
 
 def respond(
@@ -42,7 +43,7 @@ def respond(
         raise ValueError("synthetic/judge answers the judge's prompts only")
     else:
         reply = SyntheticPolicy(profile).respond(
-            messages, tools, seed, f"{model}@{adapter_id}" if adapter_id else model, constrained=constrained
+            messages, tools, seed, with_adapter(model, adapter_id), constrained=constrained
         )
     cost = reply.prompt_tokens * profile.usd_per_input_token + reply.completion_tokens * profile.usd_per_output_token
     return replace(reply, cost_usd=cost)

@@ -153,8 +153,8 @@ def make_rule(name: str, alpha: float) -> SignTest:
 
 class FamilyRule:
     """The acceptance rule for the k candidates compared in one iteration: each at alpha / k (Holm's
-    first step; see the module docstring), or — `family_wise=False`, the old behaviour kept as a
-    baseline for the null-edit bench — each at alpha on its own."""
+    first step; see the module docstring), or, with `family_wise=False` (the null-edit bench's
+    baseline), each at alpha on its own."""
 
     def __init__(self, test: SignTest, k: int, family_wise: bool = True):
         if k < 1:

@@ -36,8 +36,8 @@ rate (an iteration of edits that change nothing accepts one with probability at 
 
 The k candidates of an iteration are accepted under a family-wise rule (`FamilyRule`: each at
 alpha / k, k the candidates actually compared), so that an iteration of edits that change nothing
-accepts one with probability at most alpha, not k x alpha; `family_wise=False` is the old
-per-candidate rule, kept as the baseline of `bench/null_edit.py`. Every `decision` event records the
+accepts one with probability at most alpha, not k x alpha; `family_wise=False` tests each candidate
+at alpha on its own (the per-candidate rule, the baseline of `bench/null_edit.py`). Every `decision` event records the
 threshold it was taken under (alpha, k, alpha_effective).
 
 Budgets are enforced before work is launched: a rollout batch larger than the rollouts left is not
@@ -120,7 +120,7 @@ class EvolveConfig:
     early_stop: bool = True
     val_seeds: int = defaults.VAL_SEEDS  # each val instance is evaluated at this many seeds (pairs = instances x seeds)
     handbook: bool = True  # the proposer may consult the family's handbook
-    family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha, the old rule)
+    family_wise: bool = True  # the iteration's k candidates share alpha (False: each at alpha)
     on_plateau: str = "stop"  # after `plateau` iterations without an accept: "stop", or "continue" to the budget
     screen: int = 0  # > 0: a candidate reaches val only if it passes one of the first N train failures (0: off)
     search: str = "race"  # "race": the racing search with guarded release (agents.meta.race); "loop": this loop

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coevolve.errors import BadInput
 from coevolve.settings import environment, variable
-from coevolve.values import ModelRef, check_adapter_id
+from coevolve.values import ModelRef, check_adapter_id, with_adapter
 
 log = structlog.get_logger(role="serving")
 
@@ -375,7 +375,7 @@ def litellm_route(ref: ModelRef | str, store: str | Path | None = None) -> dict[
         raise ServingError(f"litellm_route serves provider 'vllm', not {ref.provider!r}")
     name = served_model_name(ref)
     if ref.adapter:  # served merged into the base weights, when the server was told to
-        name = ((read_state(store) or {}).get("merged") or {}).get(f"{ref.model}@{ref.adapter}", name)
+        name = ((read_state(store) or {}).get("merged") or {}).get(with_adapter(ref.model, ref.adapter), name)
     return {
         "model": f"openai/{name}",
         "api_base": f"{serve_url(store)}/v1",
@@ -476,7 +476,7 @@ def prepare_merged(config: ServeConfig, adapters_dir: str | Path) -> dict[str, s
                 raise ServingError(f"model {m.model_id!r}: merged adapter {adapter!r} is not in {adapters_dir}")
             if not (dest / "config.json").is_file():
                 merge_adapter(_resolve_source(m.source), src, dest)
-            out[f"{m.model_id}@{adapter}"] = merged_model_id(m.model_id, adapter)
+            out[with_adapter(m.model_id, adapter)] = merged_model_id(m.model_id, adapter)
     return out
 
 
