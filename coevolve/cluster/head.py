@@ -107,22 +107,23 @@ def ensure_local_head(store: Path, run_id: str | None = None, num_cpus: int | No
 
 
 def _start_head(store: Path, num_cpus: int | None) -> dict[str, Any]:
-    from coevolve.cluster.runtime import _ensure_local_token
+    from coevolve.cluster.runtime import STARTUP_TIMEOUT, _ensure_local_token
 
-    port = _free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_USAGE_STATS_ENABLED": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     _ensure_local_token()
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
-    cmd = [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--include-dashboard=false",
-           "--disable-usage-stats"]
-    if num_cpus is not None:
-        cmd.append(f"--num-cpus={num_cpus}")
-    # its own session: a hang-up or signal to the client's process group (a closed terminal) never reaches the head
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False, start_new_session=True)
-    if out.returncode != 0:
+    for attempt in (1, 2):  # a second try only after Ray's startup timeout (a loaded machine)
+        port = _free_port()
+        cmd = [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--include-dashboard=false",
+               "--disable-usage-stats"] + ([f"--num-cpus={num_cpus}"] if num_cpus is not None else [])
+        # its own session: a hang-up or signal to the client's process group (a closed terminal) never reaches the head
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False, start_new_session=True)
+        if out.returncode == 0:
+            break
         _end(head_pids(port))
-        raise RuntimeError(f"could not start a local Ray head: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
+        if attempt == 2 or STARTUP_TIMEOUT not in out.stderr + out.stdout:
+            raise RuntimeError(f"could not start a local Ray head: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while not _listening(address):

@@ -65,20 +65,33 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_dr
         # Workers on a remote cluster may not have the project installed: ship the code.
         runtime_env["working_dir"] = project_root
         runtime_env["excludes"] = [".venv", ".git", ".coevolve", "*.safetensors", ".env", "*.env"]  # no secrets files
-    ray.init(
+    init = {
         # "local": a new embedded node, never a cluster found in /tmp/ray/ray_current_cluster (a
         # `coevolve run` head, or a dead one that would hang the connect)
-        address=address or "local",
-        num_cpus=num_cpus if address is None else None,
-        include_dashboard=False,
-        _node_ip_address=LOOPBACK if address is None else None,
-        log_to_driver=log_to_driver,  # False: worker output stays in Ray's log files
-        runtime_env=runtime_env,
-        logging_level="WARNING",
-    )
+        "address": address or "local",
+        "num_cpus": num_cpus if address is None else None,
+        "include_dashboard": False,
+        "_node_ip_address": LOOPBACK if address is None else None,
+        "log_to_driver": log_to_driver,  # False: worker output stays in Ray's log files
+        "runtime_env": runtime_env,
+        "logging_level": "WARNING",
+    }
+    try:
+        ray.init(**init)
+    except Exception as e:  # Ray raises a bare Exception for it
+        if address is not None or STARTUP_TIMEOUT not in str(e):
+            raise
+        log.warning("ray start timed out; starting it again", error=str(e))
+        ray.shutdown()
+        ray.init(**init)
     if address is None:
         _check_loopback()
     log.info("ray started" if address is None else "ray attached", address=address or "local")
+
+
+# Ray's message when a new node's raylet does not register within its fixed 30 s (a loaded machine):
+# the start is tried once more.
+STARTUP_TIMEOUT = "timed out during startup"
 
 
 def is_loopback(address: str) -> bool:
