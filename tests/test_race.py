@@ -31,7 +31,7 @@ from coevolve.agents.meta.guard import (
     min_pairs,
 )
 from coevolve.agents.meta.proposer import Proposal
-from coevolve.agents.meta.race import edit_targets, min_guard_budget, search_val_n
+from coevolve.agents.meta.race import _RaceState, edit_targets, min_guard_budget, search_val_n
 from coevolve.edits import apply_edit, edit_from_json
 from coevolve.llm.contract import Completion
 from coevolve.store.store import HarnessStore, rollout_key
@@ -218,6 +218,38 @@ def test_the_screen_drops_a_child_that_fixes_none_of_its_parents_failures_before
             for i, s in jobs:  # the parent failed there, and so did the child
                 assert _draw(i, d["parent"], s) >= 0.35 and _draw(i, d["candidate"], s) >= 0.35
     assert screened >= 20 and released >= 16
+
+
+def test_a_race_visits_the_contested_pairs_first_in_the_runs_fixed_order():
+    """Pairs where some harness passed and some failed come first; nothing evaluated yet, the fixed order."""
+    cfg = EvolveConfig(family="iot", model="synthetic/weak", seed=3, train_batch=4, val_n=6, val_seeds=2,
+                       budget=Budget(iterations=1000, rollouts=100))
+    race = RaceEvolution(cfg, ScriptedModel(), ScriptedProposer(), MemoryJournal(), "run")
+    race._state = _RaceState()
+    assert race._race_order() == race.order
+    contested = {race.order[5], race.order[9]}
+    race._state.tallies = [[1, 2] if j in contested else [3, 0] for j in range(len(race.order))]
+    assert race._race_order() == [j for j in race.order if j in contested] + [j for j in race.order if j not in contested]
+
+
+def test_every_search_pair_outcome_is_tallied_and_guard_pairs_are_not():
+    search = {inst.id for inst in get_family("iot").generate("val")[:6]}
+    outcomes: list[bool] = []
+
+    class Counting(ScriptedModel):
+        def evaluate(self, jobs: Any, model: str) -> list[Trajectory]:
+            out = super().evaluate(jobs, model)
+            outcomes.extend(t.passed for t in out if t.instance.id in search)
+            return out
+
+    model = Counting()
+    cfg = EvolveConfig(family="iot", model="synthetic/weak", seed=4, train_batch=4, val_n=6, val_seeds=2,
+                       budget=Budget(iterations=1000, rollouts=200))
+    race = RaceEvolution(cfg, model, ScriptedProposer(good=True), MemoryJournal(), "run")
+    race.run()
+    assert len(outcomes) > 24 and len(model.jobs) > len(outcomes)  # races ran, and so did train and guard rollouts
+    tallies = race._state.tallies
+    assert [sum(t[0] for t in tallies), sum(t[1] for t in tallies)] == [sum(outcomes), len(outcomes) - sum(outcomes)]
 
 
 class InfraOnTrain(ScriptedModel):

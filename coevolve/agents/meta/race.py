@@ -6,9 +6,13 @@ a harness that does not help (`coevolve.agents.meta.guard`).
 **Pairs and the cache.** The search's val pairs are the first `val_n` val instances at `val_seeds`
 seeds each; every (harness, pair) outcome is kept (the rollouts themselves are stored by rollout key:
 instance, harness, model, seed), so a candidate is compared with its parent on the parent's outcomes
-and no pair is paid for twice. The order in which a race visits the pairs is a permutation drawn from
-the run's seed before any rollout, the same for every race (ordering failed pairs first would make the
-evidence depend on the outcomes).
+and no pair is paid for twice. A race visits the pairs **contested first**: those where some harness
+already evaluated there passed and some failed, then the rest, each part in a permutation drawn from
+the run's seed before any rollout. A pair where every harness so far passed (or every one failed) is
+most often a tie, which tells a race nothing; the order never looks at the racing children's own
+outcomes. The race is the search's heuristic, not its guarantee: admission (below) holds against
+every pair left going against the child, and releases are decided by the guard on fresh pairs, whose
+order is fixed.
 
 **The pool.** It starts with the starting harness (all its val pairs evaluated). Each step draws a
 parent from it: with probability 1/2 the pool's best val mean (the incumbent), otherwise in proportion
@@ -138,7 +142,8 @@ class _Race:
     wins: int = 0
     losses: int = 0
     ties: int = 0
-    next: int = 0  # position in the race order
+    next: int = 0  # position in `order`
+    order: list[int] = field(default_factory=list)  # the val pairs in the order this race visits them
     verdict: str | None = None  # "admitted" | "dropped" | "screened out"
     why: str = ""
 
@@ -149,6 +154,7 @@ class _RaceState:
     released: list[str] = field(default_factory=list)  # the release chain, the start first
     pool: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> parent, edit, step, evidence
     outcomes: dict[str, dict[int, bool | None]] = field(default_factory=dict)  # pool member -> val pair -> passed
+    tallies: list[list[int]] = field(default_factory=list)  # val pair -> [passes, fails] of every harness run there
     history: list[dict[str, Any]] = field(default_factory=list)
     tried: list[str] = field(default_factory=list)
     merged: list[list[str]] = field(default_factory=list)  # sibling pairs already merged
@@ -362,22 +368,43 @@ class RaceEvolution(HarnessEvolution):
         if missing:
             trajs = self._evaluate([self._val_job(j, harness) for j in missing], f"val-{harness.id[:12]}")
             for j, t in zip(missing, trajs):
-                have[j] = None if t.error == "infra" else t.passed
+                have[j] = self._tally(j, t)
+
+    def _tally(self, j: int, t: Trajectory) -> bool | None:
+        """A val pair's outcome (None: an infrastructure failure), counted in the pair's tally."""
+        st = self._state
+        if not st.tallies:
+            st.tallies = [[0, 0] for _ in self.order]
+        if t.error == "infra":
+            return None
+        st.tallies[j][0 if t.passed else 1] += 1
+        return t.passed
+
+    def _race_order(self) -> list[int]:
+        """The val pairs in the order a race visits them: the contested pairs first (some harness passed
+        there and some failed), then the rest, each part in the run's fixed order. Only harnesses already
+        evaluated decide it, never the children about to race on it."""
+        tallies = self._state.tallies
+        contested = {j for j in self.order if tallies and min(tallies[j]) > 0}
+        return [j for j in self.order if j in contested] + [j for j in self.order if j not in contested]
 
     def _race(self, races: list[_Race], step: int) -> None:
         """Race each child against its parent on the val pairs in the fixed order, `race_chunk` at a time."""
         st = self._state
         n = len(self.order)
+        order = self._race_order()
+        for r in races:
+            r.order = order
         seen: dict[str, dict[int, bool | None]] = {r.child.id: {} for r in races}
         while live := [r for r in races if r.verdict is None]:
             jobs, owners = [], []
             for r in live:
-                for j in self.order[r.next : r.next + self.cfg.race_chunk]:
+                for j in r.order[r.next : r.next + self.cfg.race_chunk]:
                     jobs.append(self._val_job(j, r.child))
                     owners.append((r, j))
             trajs = self._evaluate(jobs, f"s{step}-race")
             for (r, j), t in zip(owners, trajs):
-                passed = None if t.error == "infra" else t.passed
+                passed = self._tally(j, t)
                 seen[r.child.id][j] = passed
                 base = st.outcomes[r.parent].get(j)
                 if passed is None or base is None:
@@ -390,7 +417,7 @@ class RaceEvolution(HarnessEvolution):
                     r.ties += 1
             for r in live:
                 r.next = min(n, r.next + self.cfg.race_chunk)
-                rest = [st.outcomes[r.parent].get(j) for j in self.order[r.next :]]
+                rest = [st.outcomes[r.parent].get(j) for j in r.order[r.next :]]
                 winnable = sum(1 for b in rest if b is False)
                 losable = sum(1 for b in rest if b is True)
                 if better_posterior(r.wins + winnable, r.losses) < ADMIT_AT:
