@@ -37,7 +37,8 @@ demo: $(STAMP) sandbox
 
 # `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each, in 3 pytest-xdist
 # workers: most tests wait (on Ray actors, subprocesses, servers), so 3 workers on 2 cores overlap the
-# waits. 2,245 passed, 2 skipped in 8 min 13 s of wall on 2 cores (2026-12-06; one process took 13-22 min).
+# waits. 2,245 passed, 2 skipped in 8 min 13 s of wall on 2 cores (2026-12-06; one process took 13-22 min);
+# 2,260 passed, 1 skipped in 21 min 16 s on a slower 2-core machine (2026-12-06, late; CI: 736 s in all).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
