@@ -225,7 +225,7 @@ def test_a_race_visits_the_contested_pairs_first_in_the_runs_fixed_order():
     cfg = EvolveConfig(family="iot", model="synthetic/weak", seed=3, train_batch=4, val_n=6, val_seeds=2,
                        budget=Budget(iterations=1000, rollouts=100))
     race = RaceEvolution(cfg, ScriptedModel(), ScriptedProposer(), MemoryJournal(), "run")
-    race._state = _RaceState()
+    race._state = _RaceState(tallies=[[0, 0] for _ in race.order])
     assert race._race_order() == race.order
     contested = {race.order[5], race.order[9]}
     race._state.tallies = [[1, 2] if j in contested else [3, 0] for j in range(len(race.order))]

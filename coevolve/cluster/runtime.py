@@ -41,6 +41,11 @@ _DEFAULT_ENV = {
 }
 
 
+# Ray's message when a new node's raylet does not register within its fixed 30 s (a loaded machine):
+# the start is tried once more.
+STARTUP_TIMEOUT = "timed out during startup"
+
+
 def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
     """Start an embedded local Ray (address None) or attach to a running cluster."""
     import ray
@@ -87,11 +92,6 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, log_to_dr
     if address is None:
         _check_loopback()
     log.info("ray started" if address is None else "ray attached", address=address or "local")
-
-
-# Ray's message when a new node's raylet does not register within its fixed 30 s (a loaded machine):
-# the start is tried once more.
-STARTUP_TIMEOUT = "timed out during startup"
 
 
 def is_loopback(address: str) -> bool:

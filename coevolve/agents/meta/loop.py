@@ -37,8 +37,8 @@ rate (an iteration of edits that change nothing accepts one with probability at 
 The k candidates of an iteration are accepted under a family-wise rule (`FamilyRule`: each at
 alpha / k, k the candidates actually compared), so that an iteration of edits that change nothing
 accepts one with probability at most alpha, not k x alpha; `family_wise=False` tests each candidate
-at alpha on its own (the per-candidate rule, the baseline of `bench/null_edit.py`). Every `decision` event records the
-threshold it was taken under (alpha, k, alpha_effective).
+at alpha on its own (the per-candidate rule, the baseline of `bench/null_edit.py`). Every `decision`
+event records the threshold it was taken under (alpha, k, alpha_effective).
 
 Budgets are enforced before work is launched: a rollout batch larger than the rollouts left is not
 launched and the run ends there (`budget:rollouts`), so the rollout budget is never exceeded (a batch cut

@@ -58,8 +58,7 @@ fits the rollouts left. A proposer that cannot be reached (its call failed after
 would spend its budget for nothing and look done.
 
 Every decision is journalled (`proposal`, `race` per chunk, `decision` per child: admitted / dropped /
-screened out,
-`merge`, `guard` per guard chunk and its outcome, `release`), and a `checkpoint` closes each step; a
+screened out, `merge`, `guard` per guard chunk and its outcome, `release`), and a `checkpoint` closes each step; a
 resumed run restores the last checkpoint and redoes the step with the rollouts the store holds, so it
 reaches the same released harness as an uninterrupted one (the proposer being deterministic given its
 seed, as `synthetic/meta` is).
@@ -203,6 +202,8 @@ class RaceEvolution(HarnessEvolution):
         else:
             self._seconds_before = st.spend.seconds
             self.log.info("resumed", step=st.step, released=st.released[-1][:12])
+        if not st.tallies:  # a new run, or a checkpoint from before the tallies
+            st.tallies = [[0, 0] for _ in self.order]
         self._state = st
         reason = "budget:iterations"
         try:
@@ -372,12 +373,9 @@ class RaceEvolution(HarnessEvolution):
 
     def _tally(self, j: int, t: Trajectory) -> bool | None:
         """A val pair's outcome (None: an infrastructure failure), counted in the pair's tally."""
-        st = self._state
-        if not st.tallies:
-            st.tallies = [[0, 0] for _ in self.order]
         if t.error == "infra":
             return None
-        st.tallies[j][0 if t.passed else 1] += 1
+        self._state.tallies[j][0 if t.passed else 1] += 1
         return t.passed
 
     def _race_order(self) -> list[int]:
@@ -385,11 +383,12 @@ class RaceEvolution(HarnessEvolution):
         there and some failed), then the rest, each part in the run's fixed order. Only harnesses already
         evaluated decide it, never the children about to race on it."""
         tallies = self._state.tallies
-        contested = {j for j in self.order if tallies and min(tallies[j]) > 0}
+        contested = {j for j in self.order if min(tallies[j]) > 0}
         return [j for j in self.order if j in contested] + [j for j in self.order if j not in contested]
 
     def _race(self, races: list[_Race], step: int) -> None:
-        """Race each child against its parent on the val pairs in the fixed order, `race_chunk` at a time."""
+        """Race each child against its parent on the val pairs in the race order (`_race_order`), `race_chunk`
+        at a time."""
         st = self._state
         n = len(self.order)
         order = self._race_order()
