@@ -7,6 +7,10 @@ STAMP := $(VENV)/.installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 export RAY_DEDUP_LOGS := 0
+# Python may cache compiled modules (__pycache__, in .venv and the git-ignored tree): where the environment
+# forbids it, every process compiles what it imports from source, e.g. 5.6 of litellm's 10.7 s import on
+# these CPUs, paid again by each Ray actor and CLI subprocess.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv sandbox demo test test-slow bench bench-models level-selection warmup clean
 

@@ -68,6 +68,16 @@ def _program(pid: int) -> str:
         return ""
 
 
+def _daemons(state: dict) -> set[int]:
+    """The head's GCS server, raylet and keeper: what must stay up while a run is live (Ray's idle
+    workers may end on their own)."""
+    programs = {p: _program(p) for p in head_pids(state["port"])}
+    assert list(programs.values()).count("gcs_server") == 1
+    daemons = {p for p, name in programs.items() if name in ("gcs_server", "raylet")} | {state["keeper_pid"]}
+    assert len(daemons) == 3
+    return daemons
+
+
 def _gone(pids: set[int], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
@@ -94,11 +104,12 @@ def test_the_keeper_ends_the_head_when_its_last_live_run_ends_and_not_before(tmp
     assert set(state["runs"]) == {first, second}
     port = state["port"]
     pids = head_pids(port) | {state["keeper_pid"]}
+    daemons = _daemons(state)
     try:
         st.finish_run(first, "done", {})
         leases[0].release()
         time.sleep(3 * KEEPER_POLL_S)
-        assert all(_alive(p) for p in pids), "a live run's head was stopped"
+        assert all(_alive(p) for p in daemons), "a live run's head was stopped"
         st.finish_run(second, "failed", {})
         leases[1].release()
         assert _gone(pids, 6 * KEEPER_POLL_S + 15), "the head outlived its runs"
@@ -120,11 +131,7 @@ def test_a_run_whose_owner_died_is_not_live_and_two_starts_at_once_share_one_hea
     assert len(addresses) == 1  # the second start found the first one's head
     state = json.loads((tmp_path / HEAD_FILE).read_text())
     pids = head_pids(state["port"]) | {state["keeper_pid"]}
-    programs = {p: _program(p) for p in pids}
-    assert list(programs.values()).count("gcs_server") == 1
-    # the head's daemons (Ray's idle workers may end on their own, so only these must stay up)
-    daemons = {p for p, name in programs.items() if name in ("gcs_server", "raylet")} | {state["keeper_pid"]}
-    assert len(daemons) == 3
+    daemons = _daemons(state)
     try:
         state["runs"][run_id] = 0.0  # registered long ago: past the grace a starting meta-agent gets
         (tmp_path / HEAD_FILE).write_text(json.dumps(state))
