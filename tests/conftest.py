@@ -21,6 +21,10 @@ from hypothesis import HealthCheck, settings
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Three test workers share two cores, each with its own Ray and its actors' imports (litellm alone is
+# seconds of CPU): actors may take minutes to start, which is load, not a failure. Tests of the timeout
+# set their own.
+os.environ.setdefault("COEVOLVE_ACTOR_READY_TIMEOUT_S", "600")
 
 # The fuzz tests draw inside function-scoped fixtures and some cases are slow (a CLI invocation, a rollout).
 SUPPRESSED_HEALTH_CHECKS = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]

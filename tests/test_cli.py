@@ -20,13 +20,11 @@ def invoke(*args):
 @pytest.fixture(scope="module")
 def evaluated(ray_session, tmp_path_factory):
     store = tmp_path_factory.mktemp("cli") / "store"
-    out = {}
-    for model in ("synthetic/weak", "synthetic/expert"):
-        r = invoke("eval", "--family", "iot", "--split", "val", "--n", 20, "--harness", "baseline",
-                   "--model", model, "--workers", 2, "--store", store, "--json", "--seed", 1)
-        assert r.exit_code == 0, r.output
-        out[model] = json.loads(r.stdout.strip().splitlines()[-1])
-    return store, out
+    r = invoke("eval", "--family", "iot", "--split", "val", "--n", 20, "--harness", "baseline",
+               "--model", "synthetic/weak,synthetic/expert", "--workers", 2, "--store", store, "--json", "--seed", 1)
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout.strip().splitlines()[-1])  # one eval run per model, on one rollout pool
+    return store, {row["model"]: row for row in rows}
 
 
 def test_eval_json_and_store(evaluated):
@@ -46,10 +44,10 @@ def test_eval_json_and_store(evaluated):
 
 def test_eval_table_output(evaluated):
     store, _ = evaluated
-    r = invoke("eval", "--family", "iot", "--n", 3, "--model", "synthetic/expert", "--json", "--store", store)
+    r = invoke("eval", "--family", "iot", "--n", 3, "--model", "synthetic/expert", "--workers", 1, "--json", "--store", store)
     assert r.exit_code == 0
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    r = invoke("eval", "--family", "iot", "--n", 3, "--model", "synthetic/expert", "--store", store)
+    r = invoke("eval", "--family", "iot", "--n", 3, "--model", "synthetic/expert", "--workers", 1, "--store", store)
     assert r.exit_code == 0
     lo, hi = got["ci95"]  # the table shows the figures the JSON holds
     assert "pass@1 [95% CI]" in r.stdout and f"{got['pass_at_1']:.1%} [{lo:.0%}, {hi:.0%}]" in r.stdout, r.stdout
