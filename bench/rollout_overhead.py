@@ -86,9 +86,10 @@ def bare_loop(instances, harness) -> tuple[float, int]:
 
 
 def gateway_cpu_ms(n: int = 300) -> tuple[float, float]:
-    from coevolve.services.gateway import Gateway, _lib
+    from coevolve.services.gateway import Gateway
+    from coevolve.services.providers import litellm_lib
 
-    gateway, litellm = Gateway(), _lib()
+    gateway, litellm = Gateway(), litellm_lib()
     msgs = [{"role": "system", "content": "x"}, {"role": "user", "content": "go (Task id: iot/val/0)"}]
 
     async def per_call(fn) -> float:

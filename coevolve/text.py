@@ -10,3 +10,8 @@ def bounded(text: str, limit: int) -> str:
         return text
     half = limit // 2
     return f"{text[:half]} …[{len(text) - 2 * half} characters cut]… {text[-half:]}"
+
+
+def clipped(text: str, n: int) -> str:
+    """`text` if at most `n` characters, else its two ends around a marker that counts the characters cut."""
+    return text if len(text) <= n else text[: n // 2] + f" …[{len(text) - n} chars]… " + text[-n // 2 :]

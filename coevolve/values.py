@@ -11,22 +11,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, is_dataclass, replace
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 from coevolve.codec import OMIT_DEFAULT, content_id, register
 from coevolve.errors import BadInput
 
-HookEvent = Literal["before_call", "after_call", "on_turn", "on_finish"]
 HOOK_EVENTS: tuple[str, ...] = ("before_call", "after_call", "on_turn", "on_finish")
 
-ContextStrategy = Literal["keep-all", "truncate-middle", "summarise", "pin-notes"]
 CONTEXT_STRATEGIES: tuple[str, ...] = ("keep-all", "truncate-middle", "summarise", "pin-notes")
 
-ErrorKind = Literal["none", "task", "infra"]
-
-ToolCallMode = Literal["free", "constrained"]
 TOOL_CALL_MODES: tuple[str, ...] = ("free", "constrained")
-
 
 
 # --------------------------------------------------------------------------------------- harness
@@ -373,15 +367,6 @@ class FailureLocus:
     trajectory_id: str
     turn_index: int
     reason: str
-
-
-@dataclass(frozen=True)
-class Correction:
-    locus: FailureLocus
-    strategy: str
-    tool_call: dict[str, Any]
-    candidates: tuple[dict[str, Any], ...] = ()  # {"strategy", "tool_call", "score"}
-    replay_passed: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from coevolve.agents.executor import assistant_positions
+from coevolve.text import clipped
 from coevolve.values import Trajectory
 
 FENCE = "```json"
@@ -30,7 +31,7 @@ def turn_records(traj: Trajectory, upto: int | None = None) -> list[dict[str, An
                 "turn": i,
                 "assistant": content,
                 "calls": [{"name": c["name"], "arguments": c["arguments"]} for c in rec.tool_calls],
-                "observations": [_clip(r) for r in rec.tool_results],
+                "observations": [clipped(r, OBSERVATION_CHARS) for r in rec.tool_results],
                 "events": [e for e in rec.events if e.startswith(("hook:", "context:", "error:"))],
             }
         )
@@ -94,7 +95,3 @@ def answer_json(text: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # not JSON, an integer past Python's digit limit, nesting too deep
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def _clip(text: str, n: int = OBSERVATION_CHARS) -> str:
-    return text if len(text) <= n else text[: n // 2] + f" …[{len(text) - n} chars]… " + text[-n // 2 :]

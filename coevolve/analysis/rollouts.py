@@ -170,7 +170,7 @@ def fingerprint(trajectories: Sequence[Trajectory], tools: dict[str, str] | None
                 if c["name"] == "finish":
                     continue
                 calls_total += 1
-                key = (c["name"], json.dumps(_loads(c["arguments"]), sort_keys=True))
+                key = (c["name"], json.dumps(decoded(c["arguments"]), sort_keys=True))
                 revisits += key in seen
                 seen.add(key)
                 reading = reads_only(c["name"], tools.get(c["name"], ""))
@@ -194,7 +194,8 @@ def drift(base: dict[str, float], adapted: dict[str, float]) -> float:
     return round(sqrt(sum(((adapted[k] - base[k]) / SCALE[k]) ** 2 for k in FINGERPRINT)), 4)
 
 
-def _loads(s: Any) -> Any:
+def decoded(s: Any) -> Any:
+    """A JSON string decoded; anything else, or a string that is not JSON, as it is."""
     try:
         return json.loads(s) if isinstance(s, str) else s
     except json.JSONDecodeError:

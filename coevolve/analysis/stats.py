@@ -144,3 +144,11 @@ def paired_difference(a: PassRate, b: PassRate) -> tuple[float, tuple[float, flo
     sd = sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     half = Z95 * sd / sqrt(n)
     return mean, (mean - half, mean + half)
+
+
+def comparison(rates: dict[str, PassRate], base: str, other: str) -> dict[str, Any]:
+    """Arms measured on the same instances: each arm's rates (without the per-instance counts), then the
+    paired gain of arm `other` over arm `base` with its 95% interval."""
+    gain, ci = paired_difference(rates[base], rates[other])
+    return {**{label: {k: v for k, v in r.as_json().items() if k != "per_instance"} for label, r in rates.items()},
+            "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)]}

@@ -15,6 +15,7 @@ from coevolve.cli.options import (
     SeedOpt,
     StoreOpt,
     UsageError,
+    check_resume,
     cli_errors,
     echo_json,
     open_store,
@@ -116,7 +117,7 @@ def data_build(
     """Build one arm's training rows (JSONL + Parquet, content-addressed, in the store)."""
     from coevolve.jobs.adapt import build_dataset
 
-    _check_resume(resume, store, "data", "a data build")
+    check_resume(resume, store, "data", "a data build")
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     out = build_dataset(req, store, resume=resume, progress=_Stage(not as_json))
     echo_json(out) if as_json else _print_manifest(out)
@@ -147,26 +148,6 @@ def data_list(store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None
         return
     for r in recs:
         typer.echo(f"{r['id']}  {r['arm']:10s} {r['family'] or '-':10s} {r['rows']} rows")
-
-
-def _check_resume(resume: str | None, store: Path, kind: str, what: str) -> None:
-    """`--resume RUN` names a `kind` run of the store, before anything is built or written: `--resume ""`
-    names no run (an error, never a new run), and a store that does not exist is not created."""
-    if resume is None:
-        return
-    if not resume.strip():
-        raise UsageError("--resume needs a run id (coevolve runs list shows them)")
-    from coevolve.store.store import is_fresh_store_dir
-
-    if is_fresh_store_dir(store):
-        raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
-    st = open_store(store, create=False)
-    try:
-        run = st.get_run(resume)
-    finally:
-        st.close()
-    if run.kind != kind:
-        raise UsageError(f"run {resume!r} is a {run.kind} run, not {what}")
 
 
 def _train_config(overrides: list[str]) -> dict[str, Any]:
@@ -218,7 +199,7 @@ def adapt_cmd(
     """Build -> train -> evaluate model@adapter on the test split against the base weights."""
     from coevolve.jobs.adapt import build_dataset, evaluate_adapter, train_on, validate_build
 
-    _check_resume(resume, store, "data", "a data build")
+    check_resume(resume, store, "data", "a data build")
     req = _request(arm, family, harness, model, expert, judge, rows, k, samples, require_verified, seed, workers, address, in_flight)
     h = validate_build(req, store)
     synthetic = is_synthetic(model)
@@ -384,7 +365,7 @@ def experiment_paper(
     """The reference study's matrix: {weak, expert} x {baseline, evolved} x {base, imitation, correction}."""
     from coevolve.jobs.experiment import ExperimentConfig, load_config, run_experiment
 
-    _check_resume(resume, store, "experiment", "an experiment")
+    check_resume(resume, store, "experiment", "an experiment")
     if not config and not resume:
         raise UsageError("--config FILE (or --resume RUN_ID) is required")
     if address is not None:

@@ -25,6 +25,7 @@ from coevolve.cli.options import (
     SeedOpt,
     StoreOpt,
     UsageError,
+    check_resume,
     cli_errors,
     echo_json,
     open_store,
@@ -185,14 +186,8 @@ def evolve_cmd(
     fresh = is_fresh_store_dir(store)  # absent, empty or only the project's subfolders: no store yet
     if not fresh:
         open_store(store, create=False)  # unreadable store: fail before anything runs
-    if resume is not None:
-        if not resume.strip():
-            raise UsageError("--resume needs a run id (coevolve runs list --kind evolve shows them)")
-        if fresh:
-            raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
-        run = open_store(store, create=False).get_run(resume)
-        if run.kind != "evolve":  # before the progress display starts: its line would run into the error's
-            raise UsageError(f"run {resume!r} is a {run.kind} run, not an evolve run")
+    if resume is not None:  # checked before the progress display starts: its line would run into the error's
+        check_resume(resume, store, "evolve", "an evolve run", "coevolve runs list --kind evolve shows them")
         config = None
     else:
         fam = get_family(family)

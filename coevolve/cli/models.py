@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from coevolve.errors import BadInput
+from coevolve.cli.options import cli_errors
 
 console = Console()
 err = Console(stderr=True)
@@ -49,6 +49,7 @@ serve_app = typer.Typer(help="Serve models with Ray Serve + vLLM (OpenAI-compati
 
 
 @serve_app.callback(invoke_without_command=True)
+@cli_errors
 def serve(
     ctx: typer.Context,
     config: Annotated[Path | None, typer.Option("--config", help="deploy/serve/<profile>.yaml")] = None,
@@ -76,26 +77,17 @@ def serve(
     from coevolve.services.serving.app import ServingError, load_serve_config, read_state
 
     store = store or _default_store()
-    try:
-        from coevolve.config import read_config_file
+    from coevolve.config import read_config_file
 
-        read_config_file(config, "serve config")  # a huge or aliased file: refused before PyYAML spends minutes on it
-    except BadInput as e:
-        _fail(str(e))
-    try:
-        cfg = load_serve_config(config, overrides or [])
-    except ServingError as e:
-        _fail(str(e))
+    read_config_file(config, "serve config")  # a huge or aliased file: refused before PyYAML spends minutes on it
+    cfg = load_serve_config(config, overrides or [])
     for m in cfg.models:
         looks_local = m.source.startswith((".", "/", "~"))
         if looks_local and not (Path(m.source).expanduser() / "config.json").is_file():
             _fail(f"model {m.model_id!r}: no model folder at {m.source!r} (coevolve models make-tiny ...)")
-    try:
-        from coevolve.store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
-        HarnessStore(store).close()
-    except BadInput as e:
-        _fail(str(e))
+    HarnessStore(store).close()
     old = read_state(store)
     if old and _pid_alive(old.get("pid")) and old.get("ray_address") is None:
         _fail(f"a server is already running (pid {old['pid']}, {old['url']}): coevolve serve stop")
@@ -215,6 +207,7 @@ def serve_stop(store: StoreOpt = None, timeout: float = 60.0) -> None:  # type: 
 
 
 # --------------------------------------------------------------------------------------- train
+@cli_errors
 def train(
     rows: Annotated[Path, typer.Option("--rows", help="TrainingRow JSONL file")],
     base: Annotated[str, typer.Option("--base", help="base model folder (peft) or synthetic model name")],
@@ -249,10 +242,7 @@ def train(
 
     data: dict[str, Any] = {}
     if config is not None:
-        try:
-            data = read_config_file(config, "train config")
-        except BadInput as e:
-            _fail(str(e))
+        data = read_config_file(config, "train config")
         if not isinstance(data, dict):
             _fail(f"train config {str(config)!r} must be a mapping of TrainConfig fields, not {type(data).__name__}")
     for item in overrides or []:
@@ -265,10 +255,7 @@ def train(
             _fail(f"override {item!r}: the value is not valid YAML")
     from coevolve.config import check_seed
 
-    try:
-        check_seed(seed)
-    except BadInput as e:
-        _fail(str(e))
+    check_seed(seed)
     data.setdefault("seed", seed)
     try:
         cfg = TrainConfig.model_validate(data)
@@ -286,12 +273,9 @@ def train(
     except (TypeError, ValueError) as e:  # a config pydantic cannot even look at (e.g. unhashable keys)
         _fail(str(e) if str(e).startswith(("train config:", "cannot read rows")) else f"train config: {e}")
     store = store or _default_store()
-    try:
-        from coevolve.store.store import HarnessStore
+    from coevolve.store.store import HarnessStore
 
-        st = HarnessStore(store)
-    except BadInput as e:
-        _fail(str(e))
+    st = HarnessStore(store)
     if adapter_dir(st, out).exists():
         _fail(f"adapter {out!r} already exists in the store")
     if backend == "peft":
@@ -318,10 +302,7 @@ def train(
                 loss=f"{loss:.4f}" if isinstance(loss, float) else "-",
             )
 
-        try:
-            ref = train_adapter(row_list, base, out, cfg, st, backend, progress=on_progress)
-        except TrainingError as e:
-            _fail(str(e))
+        ref = train_adapter(row_list, base, out, cfg, st, backend, progress=on_progress)
     m = ref.metrics
     console.print(f"adapter {ref.id} registered: {ref.path}")
     if backend == "peft":
@@ -366,6 +347,7 @@ def import_smollm2_cmd(
 
 
 @models_app.command("list")
+@cli_errors
 def list_adapters(
     store: StoreOpt = None,  # type: ignore[assignment]
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -374,10 +356,7 @@ def list_adapters(
     from coevolve.store.store import HarnessStore
 
     store = store or _default_store()
-    try:
-        refs = HarnessStore(store, create=False).list_adapters()
-    except BadInput as e:
-        _fail(str(e))
+    refs = HarnessStore(store, create=False).list_adapters()
     if as_json:
         print(
             json.dumps(
@@ -407,6 +386,7 @@ def list_adapters(
 
 
 @models_app.command("register")
+@cli_errors
 def register_adapter(
     path: Annotated[Path, typer.Argument(help="a peft adapter folder (adapter_config.json)")],
     adapter_id: Annotated[str, typer.Option("--id", help="adapter id to serve it as")],
@@ -416,24 +396,18 @@ def register_adapter(
     """Copy an existing adapter folder into the store: servable at once as vllm/<model>@<id>."""
     import shutil
 
-    from coevolve.services.training import TrainingError, _check_adapter_id, adapter_dir
+    from coevolve.services.training import _check_adapter_id, adapter_dir
     from coevolve.store.store import HarnessStore
     from coevolve.values import AdapterRef
 
     if not (path / "adapter_config.json").is_file():
         _fail(f"{path} is not a peft adapter folder (no adapter_config.json)")
-    try:
-        _check_adapter_id(adapter_id)
-    except TrainingError as e:
-        _fail(str(e))
+    _check_adapter_id(adapter_id)
     problem = _not_plain_folder(path)
     if problem:
         _fail(f"{path} cannot be registered: {problem} (an adapter folder holds plain files and folders only)")
     store = store or _default_store()
-    try:
-        st = HarnessStore(store)
-    except BadInput as e:
-        _fail(str(e))
+    st = HarnessStore(store)
     dest = adapter_dir(st, adapter_id)
     if dest.exists():
         _fail(f"adapter {adapter_id!r} already exists in the store")

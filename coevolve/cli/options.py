@@ -1,6 +1,6 @@
 """What every `coevolve` command module shares: the option types, the store default, the one-line
-usage errors and error handling, JSON output. The command modules import this; `coevolve.cli.app`
-assembles them into the one app."""
+usage errors and error handling, the `--resume` check, JSON output. The command modules import this;
+`coevolve.cli.app` assembles them into the one app."""
 
 from __future__ import annotations
 
@@ -111,6 +111,28 @@ def open_store(path: Path, *, create: bool):
     from coevolve.store.store import HarnessStore
 
     return HarnessStore(path, create=create)
+
+
+def check_resume(resume: str | None, store: Path, kind: str, what: str,
+                 hint: str = "coevolve runs list shows them") -> None:
+    """`--resume RUN` names a `kind` run of the store, before anything is built or written: `--resume ""`
+    names no run (an error, never a new run; `hint` says where run ids are listed), and a store that does
+    not exist is not created."""
+    if resume is None:
+        return
+    if not resume.strip():
+        raise UsageError(f"--resume needs a run id ({hint})")
+    from coevolve.store.store import is_fresh_store_dir
+
+    if is_fresh_store_dir(store):
+        raise UsageError(f"cannot resume {resume!r}: store {store} does not exist")
+    st = open_store(store, create=False)
+    try:
+        run = st.get_run(resume)
+    finally:
+        st.close()
+    if run.kind != kind:
+        raise UsageError(f"run {resume!r} is a {run.kind} run, not {what}")
 
 
 def echo_json(obj: Any) -> None:

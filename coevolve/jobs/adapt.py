@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from coevolve.agents.correction import ARMS, BuildConfig, DatasetBuilder
-from coevolve.analysis.stats import paired_difference, pass_rate
+from coevolve.analysis.stats import comparison, pass_rate
 from coevolve.analysis.summary import SYNTHETIC_ADAPTER_RULES, synthetic_adapters, testbed_notice
 from coevolve.errors import BadInput
 from coevolve.jobs.runtime import use_store
@@ -172,13 +172,11 @@ def evaluate_adapter(store_path: Path, family: str, harness: Any, model: str, ad
             rates[label] = pass_rate(trajs)
     finally:
         pool.shutdown()
-    gain, ci = paired_difference(rates["base"], rates["adapted"])
     out = {
         "run_id": run_id, "family": family, "split": split, "instances": len(instances), "repeats": repeats,
         "harness_id": harness.id,
         "model": model, "adapter": adapter_id,
-        **{label: {k: v for k, v in r.as_json().items() if k != "per_instance"} for label, r in rates.items()},
-        "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)],
+        **comparison(rates, "base", "adapted"),
     }
     out |= testbed_notice(model)
     if synthetic_adapters(model):

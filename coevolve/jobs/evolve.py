@@ -117,7 +117,7 @@ def held_out_comparison(
 ) -> dict[str, Any]:
     """Baseline vs evolved harness on the whole test split (never used for acceptance), `repeats` seeds
     each: pass@1 with 95% intervals and the paired gain with its interval."""
-    from coevolve.analysis.stats import paired_difference
+    from coevolve.analysis.stats import comparison
     from coevolve.services.pools.rollouts import RolloutJob
     from coevolve.tasks import get_family
 
@@ -132,15 +132,11 @@ def held_out_comparison(
         rates[label] = pass_rate(trajs)
         if (block := tau2_block(family, trajs, "test", repeats)) is not None:
             tau2[label] = block
-    gain, ci = paired_difference(rates["baseline"], rates["evolved"])
     return {**({"tau2": tau2} if tau2 else {}),
         "split": "test",
         "instances": len(instances),
         "repeats": repeats,
-        "baseline": {k: v for k, v in rates["baseline"].as_json().items() if k != "per_instance"},
-        "evolved": {k: v for k, v in rates["evolved"].as_json().items() if k != "per_instance"},
-        "gain": round(gain, 4),
-        "gain_ci95": [round(ci[0], 4), round(ci[1], 4)],
+        **comparison(rates, "baseline", "evolved"),
     }
 
 

@@ -38,7 +38,7 @@ from coevolve.config import (
     TrainSection,
     load_config_file,
 )
-from coevolve.errors import BadInput
+from coevolve.jobs.validate import resumed_run
 from coevolve.values import with_adapter
 
 log = structlog.get_logger(role="experiment")
@@ -208,9 +208,7 @@ def run_experiment(cfg: ExperimentConfig, store_path: Path, *, resume: str | Non
     use_store(store_path)
     store = HarnessStore(store_path, create=True)
     if resume:
-        run = store.get_run(resume)
-        if run.kind != "experiment":
-            raise BadInput(f"run {resume!r} is a {run.kind} run, not an experiment")
+        run = resumed_run(store, resume, "experiment", "an experiment")
         cfg = ExperimentConfig.model_validate(run.config)
         run_id = resume
     else:

@@ -38,11 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.errors import BadInput
-from coevolve.settings import environment, variable
+from coevolve.settings import environment
 
 KINDS = ("latency", "timeout", "429", "5xx", "malformed", "truncated", "reset")
-FAULTS_ENV = variable("faults")
-FAULT_LOG_ENV = variable("fault_log")
 ATTEMPT_HEADER = "X-Coevolve-Attempt"
 
 

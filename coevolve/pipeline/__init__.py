@@ -2,7 +2,7 @@
 accept, each a journal cell) and the meta-agent's cycle schedule (`cycle.CoEvolution`); the reference
 study's grid schedule (`coevolve.jobs.experiment.Experiment`) runs the same steps."""
 
-from coevolve.pipeline.cycle import CoEvolution, Stopped
-from coevolve.pipeline.steps import SEED_ACCEPT, SEED_TEST, InfraFailure, Models, RunSpend, Steps
+from coevolve.pipeline.cycle import CoEvolution
+from coevolve.pipeline.steps import SEED_TEST, InfraFailure, Models, Steps
 
-__all__ = ["SEED_ACCEPT", "SEED_TEST", "CoEvolution", "InfraFailure", "Models", "RunSpend", "Steps", "Stopped"]
+__all__ = ["SEED_TEST", "CoEvolution", "InfraFailure", "Models", "Steps"]

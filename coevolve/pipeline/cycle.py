@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from coevolve.agents.backend import Backend
 from coevolve.agents.meta.loop import Journal
-from coevolve.analysis.stats import paired_difference
+from coevolve.analysis.stats import comparison
 from coevolve.pipeline.steps import SEED_TEST, Models, Steps
 from coevolve.values import Harness, with_adapter
 
@@ -141,10 +141,8 @@ class CoEvolution:
         rates = {label: self.steps.measure(instances, h, model, self.p.repeats, self.p.seed + SEED_TEST,
                                            f"final:{family.name}:{label}")
                  for label, (h, model) in arms.items()}
-        gain, ci = paired_difference(rates["baseline"], rates[list(arms)[-1]])
-        return {"harness_id": harness.id, "adapter": adapter,
-                "test": {k: {x: y for x, y in v.as_json().items() if x != "per_instance"} for k, v in rates.items()},
-                "gain": round(gain, 4), "gain_ci95": [round(ci[0], 4), round(ci[1], 4)]}
+        compared = comparison(rates, "baseline", list(arms)[-1])
+        return {"harness_id": harness.id, "adapter": adapter, "test": {k: compared.pop(k) for k in rates}, **compared}
 
 
 def _cycle_order(key: str) -> tuple[str, int]:

@@ -110,7 +110,7 @@ as one `python -c` program read from their text, never imported: `child.py` (the
 `forkserver.py` (the fork server). Both use the standard library only.
 """
 
-from coevolve.sandbox.box import WEAK_ENV, WORK_MB, isolation
+from coevolve.sandbox.box import WEAK_ENV, isolation
 from coevolve.sandbox.results import (
     MAX_MESSAGE_CHARS,
     MAX_STOPPED_CHARS,
@@ -121,8 +121,6 @@ from coevolve.sandbox.results import (
 )
 from coevolve.sandbox.runner import (
     MARK,
-    MAX_VIOLATIONS,
-    VIOLATION,
     expected_test_ids,
     run_graded_tests,
     run_python,
@@ -135,11 +133,8 @@ __all__ = [
     "MARK",
     "MAX_MESSAGE_CHARS",
     "MAX_STOPPED_CHARS",
-    "MAX_VIOLATIONS",
     "PER_RUN_ENV",
-    "VIOLATION",
     "WEAK_ENV",
-    "WORK_MB",
     "Limits",
     "SandboxError",
     "SandboxResult",

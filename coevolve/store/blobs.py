@@ -76,9 +76,6 @@ class Blobs(Database):
             )
         return data
 
-    def has_blob(self, digest: str) -> bool:
-        return self._object_path(digest).exists()
-
     def put_value(self, value: Any) -> str:
         try:
             data = encode(value)

@@ -24,7 +24,6 @@ from coevolve.errors import BadInput
 from coevolve.values import TrainingRow
 
 DATASETS_DIR = "datasets"
-MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "train")
 
 
 class DatasetError(BadInput):

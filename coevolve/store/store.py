@@ -46,44 +46,21 @@ Nothing here imports ray.
 from __future__ import annotations
 
 from coevolve.store.adapters import Adapters
-from coevolve.store.db import (
-    BUSY_TIMEOUT_MS,
-    DB_NAME,
-    OBJECTS,
-    QUARANTINE,
-    SCHEMA_VERSION,
-    STORE_SUBFOLDERS,
-    WRITE_DEADLINE_S,
-    StoreError,
-    _sqlite_errors,
-    is_fresh_store_dir,
-)
+from coevolve.store.db import SCHEMA_VERSION, StoreError, _sqlite_errors, is_fresh_store_dir
 from coevolve.store.events import Event, Events
-from coevolve.store.fsck import PROBLEM_KINDS, TMP_MAX_AGE_S, CheckReport, Checks, Problem
-from coevolve.store.harnesses import MIN_PREFIX, Harnesses, HarnessRecord
-from coevolve.store.runs import HOST, LEASE_BEAT_S, LEASE_TTL_S, Lease, RunRecord
+from coevolve.store.fsck import PROBLEM_KINDS, CheckReport, Checks
+from coevolve.store.harnesses import Harnesses, HarnessRecord
+from coevolve.store.runs import Lease, RunRecord
 from coevolve.store.trajectories import Trajectories, rollout_key, trajectory_key
 
 __all__ = [
-    "BUSY_TIMEOUT_MS",
-    "DB_NAME",
-    "HOST",
-    "LEASE_BEAT_S",
-    "LEASE_TTL_S",
-    "MIN_PREFIX",
-    "OBJECTS",
     "PROBLEM_KINDS",
-    "QUARANTINE",
     "SCHEMA_VERSION",
-    "STORE_SUBFOLDERS",
-    "TMP_MAX_AGE_S",
-    "WRITE_DEADLINE_S",
     "CheckReport",
     "Event",
     "HarnessRecord",
     "HarnessStore",
     "Lease",
-    "Problem",
     "RunRecord",
     "StoreError",
     "_sqlite_errors",  # tests raise sqlite errors through it as the store does

@@ -30,7 +30,6 @@ from coevolve.tasks.tools import Param, tool_spec
 from coevolve.text import bounded
 from coevolve.values import Harness, Outcome, PromptSection, TaskInstance, ToolSpec
 
-SPLITS = ("train", "val", "test")
 MAX_ARG_CHARS = 100_000
 MAX_OBSERVATION_CHARS = 100_000  # a tool observation is cut to this, its middle replaced by a marker
 MAX_REASON_CHARS = 10_000  # likewise a checker's reason for one requirement
@@ -59,6 +58,22 @@ def graded(requirements: Sequence[Requirement], score: float | None = None) -> O
     detail = {"requirements": [{"id": r.id, "passed": r.passed, "reason": bounded(r.reason, MAX_REASON_CHARS)}
                                for r in requirements]}
     return Outcome(passed, 1.0 if passed else round(min(score, 0.99), 4), detail)
+
+
+def round_money(x: float) -> float:
+    """An amount in cents' precision (the epsilon takes a float just under a half cent up)."""
+    return round(x + 1e-9, 2)
+
+
+def plural(n: int, one: str, many: str) -> str:
+    """'1 row has' / '2 rows have': a count with its words agreeing."""
+    return f"{n} {one if n == 1 else many}"
+
+
+def listing(items: Sequence[str], n: int = 5, sep: str = ", ") -> str:
+    """The first `n` items joined by `sep`, then "and K more" for the rest (a checker's reason)."""
+    shown = sep.join(items[:n])
+    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,3 @@
 mechanically. `respond` answers any prompt of a `synthetic/<model>`: the agent policies (`policy`), the
 judge and expert (`roles`), the proposer (`meta`); `provider` serves them to litellm; `counterfactual`
 computes the answer key that only analysis reads. Their numbers test the machinery, never a real model."""
-
-from coevolve.testbed.policy import (
-           PROFILES,
-           SyntheticPolicy,
-           SyntheticProfile,
-           SyntheticReply,
-           learn_adapter,
-           profile_for,
-)
-from coevolve.testbed.respond import respond
-
-__all__ = ["PROFILES", "SyntheticPolicy", "SyntheticProfile", "SyntheticReply", "learn_adapter", "profile_for",
-           "respond"]

@@ -34,7 +34,7 @@ from typing import Any
 from coevolve.agents.context import approx_tokens, message_tokens
 from coevolve.agents.handbook_tools import handbook_call, handbook_calls, rank_sections, read_sections
 from coevolve.agents.transcript import payload_from_messages
-from coevolve.analysis.rollouts import reads_only
+from coevolve.analysis.rollouts import decoded, reads_only
 from coevolve.errors import BadInput
 from coevolve.testbed.policy import PROFILES, SyntheticPolicy, SyntheticReply
 
@@ -158,7 +158,7 @@ def score(payload: dict[str, Any]) -> dict[str, Any]:
     cand = payload["candidate"]
     call = cand["tool_call"]
     original = payload["failing_turn"]["calls"]
-    same = any(c["name"] == call["name"] and _loads(c.get("arguments")) == call["arguments"] for c in original)
+    same = any(c["name"] == call["name"] and decoded(c.get("arguments")) == call["arguments"] for c in original)
     known_tool = any(t["name"] == call["name"] for t in payload["tools"])
     states_something = len(_words(cand.get("strategy", ""))) >= 4
     addresses = not same
@@ -166,13 +166,6 @@ def score(payload: dict[str, Any]) -> dict[str, Any]:
     s = 0.2 + 0.4 * addresses + 0.2 * consistent + 0.2 * states_something
     return {"valid": True, "consistent": consistent, "addresses": addresses, "score": round(min(s, 1.0), 3),
             "why": "the call repeats the failing turn" if same else "a different call with a stated rule"}
-
-
-def _loads(s: Any) -> Any:
-    try:
-        return json.loads(s) if isinstance(s, str) else s
-    except json.JSONDecodeError:
-        return s
 
 
 # ------------------------------------------------------------------ the expert rewriter
@@ -259,7 +252,7 @@ def rewrite(payload: dict[str, Any], seed: int, handbook_text: Sequence[str] = (
     if not calls:
         return {"strategy": "Finish the task.", "tool_call": {"name": "finish", "arguments": {}}}
     call = calls[0]["function"]
-    call = {"name": call["name"], "arguments": _loads(call["arguments"])}
+    call = {"name": call["name"], "arguments": decoded(call["arguments"])}
     passages = _cited_passages(handbook_text, call, payload)
     failing = payload.get("failing_turn", {}).get("calls") or [{}]
     if passages:

@@ -12,14 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from coevolve.agents.context import approx_tokens
+from coevolve.text import clipped
 from coevolve.values import Harness, Trajectory
 
 TAIL_MESSAGES = 6
 MAX_CHARS = 600
-
-
-def _clip(text: str, n: int = MAX_CHARS) -> str:
-    return text if len(text) <= n else text[: n // 2] + f" …[{len(text) - n} chars]… " + text[-n // 2 :]
 
 
 def failed_requirements(t: Trajectory) -> list[dict[str, str]]:
@@ -37,22 +34,22 @@ def describe_failure(t: Trajectory) -> dict[str, Any]:
     t = t.public_view()
     tail = []
     for m in t.messages[-TAIL_MESSAGES:]:
-        entry = {"role": m["role"], "content": _clip(m.get("content") or "")}
+        entry = {"role": m["role"], "content": clipped(m.get("content") or "", MAX_CHARS)}
         if m.get("tool_calls"):
             entry["tool_calls"] = [
-                {"name": c["function"]["name"], "arguments": _clip(c["function"]["arguments"], 300)}
+                {"name": c["function"]["name"], "arguments": clipped(c["function"]["arguments"], 300)}
                 for c in m["tool_calls"]
             ]
         tail.append(entry)
     observations = [r for turn in t.turns for r in turn.tool_results]
     return {
         "instance": t.instance.id,
-        "instruction": _clip(t.instance.instruction),
+        "instruction": clipped(t.instance.instruction, MAX_CHARS),
         "turns": len(t.turns),
         "ended": t.error_detail or "finished",
-        "failed_requirements": [{**r, "reason": _clip(r["reason"], 300)} for r in failed_requirements(t)],
+        "failed_requirements": [{**r, "reason": clipped(r["reason"], 300)} for r in failed_requirements(t)],
         "transcript_tail": tail,
-        "tool_errors": [_clip(r, 200) for r in observations if r.startswith("error")][:5],
+        "tool_errors": [clipped(r, 200) for r in observations if r.startswith("error")][:5],
         "tool_error_count": sum(1 for r in observations if r.startswith("error")),
         "calls_per_turn_max": max((len(turn.tool_calls) for turn in t.turns), default=0),
         "observation_tokens": sum(approx_tokens(r) for r in observations),

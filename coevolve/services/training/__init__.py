@@ -9,25 +9,14 @@ checks (`_check_adapter_id`, `_check_base`) and the template normalisation the t
 
 from __future__ import annotations
 
-from coevolve.services.training.job import (
-    ADAPTERS_DIR,
-    BACKENDS,
-    TRAIN_RUNS_DIR,
-    ProgressFn,
-    RowSource,
-    TrainingData,
-    adapter_dir,
-    train_adapter,
-    training_data,
-)
+from coevolve.services.training.job import BACKENDS, TRAIN_RUNS_DIR, adapter_dir, train_adapter
 from coevolve.services.training.job import _check_adapter_id as _check_adapter_id
 from coevolve.services.training.job import _check_base as _check_base
 from coevolve.services.training.loop import TrainConfig, run_peft_loop
-from coevolve.services.training.rows import TrainingError, load_rows, trained_under
+from coevolve.services.training.rows import TrainingError, load_rows
 from coevolve.services.training.synthetic import SYNTHETIC_ADAPTER_FILE
 from coevolve.services.training.tokenise import (
     IGNORE,
-    EncodedRow,
     constrained_answer,
     encode_for_training,
     encode_row,
@@ -38,16 +27,11 @@ from coevolve.services.training.tokenise import _template_messages as _template_
 from coevolve.store.datasets import dataset_hash
 
 __all__ = [
-    "ADAPTERS_DIR",
     "BACKENDS",
     "IGNORE",
     "SYNTHETIC_ADAPTER_FILE",
     "TRAIN_RUNS_DIR",
-    "EncodedRow",
-    "ProgressFn",
-    "RowSource",
     "TrainConfig",
-    "TrainingData",
     "TrainingError",
     "adapter_dir",
     "constrained_answer",
@@ -58,7 +42,5 @@ __all__ = [
     "prompt_ids",
     "run_peft_loop",
     "train_adapter",
-    "trained_under",
-    "training_data",
     "training_sequences",
 ]

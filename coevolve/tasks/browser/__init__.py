@@ -23,11 +23,10 @@ from coevolve.tasks.browser.backends import ChromiumBrowser, chromium_available
 from coevolve.tasks.browser.checker import check, final_state
 from coevolve.tasks.browser.env import HELPER_TOOLS, TOOLS, BrowserEnv
 from coevolve.tasks.browser.plan import plan
-from coevolve.tasks.browser.world import BrowserWorld, build_world, money
+from coevolve.tasks.browser.world import BrowserWorld, build_world
 from coevolve.values import Outcome, TaskInstance
 
-__all__ = ["BrowserEnv", "BrowserFamily", "BrowserWorld", "ChromiumBrowser", "chromium_available", "final_state",
-           "money"]
+__all__ = ["BrowserEnv", "BrowserFamily", "ChromiumBrowser", "chromium_available", "final_state"]
 
 STATUS_TEXT = {
     "holded": "Put order #{n} on hold in the shop admin",

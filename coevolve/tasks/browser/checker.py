@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coevolve.tasks.base import Requirement, graded
+from coevolve.tasks.base import Requirement, graded, listing
 from coevolve.tasks.browser.env import BrowserEnv
 from coevolve.tasks.browser.world import STATUSES, BrowserWorld, money
 from coevolve.values import Outcome
@@ -51,10 +51,6 @@ def check(env: BrowserEnv) -> Outcome:
     return graded(reqs, 1.0 if all(r.passed for r in reqs) else 0.0)
 
 
-def _listing(items: list[str], n: int = 5) -> str:
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
 def _orders_saved(updates: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(f"#{u['number']}" for u in updates))
 
@@ -76,7 +72,7 @@ def _status_task(env: BrowserEnv, state: dict[str, Any]) -> list[Requirement]:
     elif not mine:
         comment_reason = f"the status history of order {n} has no new entry"
     else:
-        added = _listing([repr(u["comment"]) if u["comment"] else "(no comment)" for u in mine])
+        added = listing([repr(u["comment"]) if u["comment"] else "(no comment)" for u in mine])
         comment_reason = f"no new entry in the status history of order {n} has the task's comment (new entries: {added})"
     notified = sum(1 for u in mine if u["notified"])
     if w.notify and notified == 0:
@@ -89,7 +85,7 @@ def _status_task(env: BrowserEnv, state: dict[str, Any]) -> list[Requirement]:
         notify_reason = ""
     extra = []
     if others:
-        extra.append(f"orders other than {n} were saved: {_listing(_orders_saved(others))}")
+        extra.append(f"orders other than {n} were saved: {listing(_orders_saved(others))}")
     if state["new_posts"]:
         extra.append(f"{len(state['new_posts'])} forum post(s) were created")
     return [
@@ -113,7 +109,7 @@ def _answer_task(w: BrowserWorld, state: dict[str, Any]) -> list[Requirement]:
         ))
     changed = []
     if state["order_updates"]:
-        changed.append(f"orders were saved: {_listing(_orders_saved(state['order_updates']))}")
+        changed.append(f"orders were saved: {listing(_orders_saved(state['order_updates']))}")
     if state["new_posts"]:
         changed.append(f"{len(state['new_posts'])} forum post(s) were created")
     reqs.append(Requirement(
@@ -149,7 +145,7 @@ def _forum_task(w: BrowserWorld, state: dict[str, Any]) -> list[Requirement]:
         reqs = [Requirement(
             "post_created", False,
             f"no new post was created in the {forum.name} forum"
-            + (f" (new posts went to: {_listing(elsewhere)})" if elsewhere else ""),
+            + (f" (new posts went to: {listing(elsewhere)})" if elsewhere else ""),
         )]
     reqs.append(Requirement(
         "single_post", len(posts) <= 1,
@@ -158,6 +154,6 @@ def _forum_task(w: BrowserWorld, state: dict[str, Any]) -> list[Requirement]:
     saved = _orders_saved(state["order_updates"])
     reqs.append(Requirement(
         "nothing_else_changed", not saved,
-        f"orders were saved, though the task is only about the forum: {_listing(saved)}" if saved else "",
+        f"orders were saved, though the task is only about the forum: {listing(saved)}" if saved else "",
     ))
     return reqs

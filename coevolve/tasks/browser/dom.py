@@ -20,7 +20,6 @@ INLINE = frozenset(
      "br", "abbr", "time", "#text"}
 )
 SKIP = frozenset({"head", "script", "style", "template", "noscript", "option"})
-ROW_GROUPS = frozenset({"thead", "tbody", "tfoot"})
 SUBMIT_TYPES = frozenset({"submit", "image"})
 TEXT_TYPES = frozenset({"text", "search", "email", "number", "password", "tel", "url", ""})
 _WS = re.compile(r"\s+")

@@ -12,32 +12,18 @@ constraints).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 from coevolve.tasks.base import TaskFamily
 from coevolve.tasks.budget.checker import check
 from coevolve.tasks.budget.env import HELPER_TOOLS, TOOLS, BudgetEnv, policy_text
-from coevolve.tasks.budget.plan import REASON_TEXT, decide, plan
-from coevolve.tasks.budget.world import DECISIONS, REASONS, BudgetWorld, Request, build_world, usd
+from coevolve.tasks.budget.plan import decide, plan
+from coevolve.tasks.budget.world import REASONS, BudgetWorld, build_world
 
-__all__ = [
-    "DECISIONS",
-    "REASONS",
-    "REASON_TEXT",
-    "BudgetEnv",
-    "BudgetFamily",
-    "BudgetWorld",
-    "Request",
-    "decide",
-    "policy_text",
-    "usd",
-]
+__all__ = ["REASONS", "BudgetFamily", "decide", "policy_text"]
 
 
 class BudgetFamily(TaskFamily):
     name = "budget"
     title = "budget approval"
-    default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
     build_world = staticmethod(build_world)
     env_type = BudgetEnv
     base_tools = TOOLS

@@ -9,29 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from coevolve.tasks.base import Knowledge, Requirement, graded
+from coevolve.tasks.base import Knowledge, Requirement, graded, listing, plural, round_money
 from coevolve.tasks.budget.env import BudgetEnv
 from coevolve.tasks.budget.plan import decide
-from coevolve.tasks.budget.world import MONEY_TOL, _money, usd
+from coevolve.tasks.budget.world import MONEY_TOL, usd
 from coevolve.values import Outcome
 
 VERB = {"approve": "approved", "reject": "rejected", "escalate": "escalated"}
 NOUN = {"approve": "approvals", "reject": "rejections", "escalate": "escalations"}
 
 
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-def _listing(items: list[str], n: int = 5) -> str:
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
 def _wrong_kind(decision: str, wrong: list[dict[str, Any]], made: int) -> Requirement:
     """One requirement per kind of decision the agent recorded: every one of that kind is right."""
     if not wrong:
         return Requirement(f"{NOUN[decision]}_correct", True)
-    shown = _listing([f"{g['request_id']} ({VERB[decision]} as {g['reason_code']})" for g in wrong])
+    shown = listing([f"{g['request_id']} ({VERB[decision]} as {g['reason_code']})" for g in wrong])
     if made == 1:
         which = f"the one {VERB[decision]} request does"
     else:
@@ -70,7 +62,7 @@ def check(env: BudgetEnv, full: Knowledge) -> Outcome:
     for rid, g in got.items():
         r = w.request(rid)
         if r is not None and g["decision"] == "approve":
-            spent[r.department] = _money(spent.get(r.department, 0.0) + usd(w, r))
+            spent[r.department] = round_money(spent.get(r.department, 0.0) + usd(w, r))
     overspent = sorted(d for d, s in spent.items() if s > w.balances[d] + MONEY_TOL)
     reqs.append(
         Requirement(
@@ -90,7 +82,7 @@ def check(env: BudgetEnv, full: Knowledge) -> Outcome:
                 "rejections_commented",
                 not bare,
                 "the task asks for a comment on every rejection; "
-                f"{_count(len(bare), 'rejection has', 'rejections have')} none: {_listing(bare)}"
+                f"{plural(len(bare), 'rejection has', 'rejections have')} none: {listing(bare)}"
                 if bare
                 else "",
             )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError
-from coevolve.tasks.budget.world import DECISIONS, REASONS, BudgetWorld, Request, _money, usd
+from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, round_money
+from coevolve.tasks.budget.world import DECISIONS, REASONS, BudgetWorld, Request, usd
 from coevolve.tasks.tools import Param, json_schema, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
 
@@ -156,8 +156,8 @@ class BudgetEnv(TaskEnv):
         other = [r.id for r in rs if r.department != department]
         if other:
             raise ToolArgError(f"not requests of {department}: {', '.join(other)}")
-        total = _money(sum(usd(w, r) for r in rs))
-        left = _money(w.balances[department] - total)
+        total = round_money(sum(usd(w, r) for r in rs))
+        left = round_money(w.balances[department] - total)
         return (
             f"{department}: posted balance {w.balances[department]:,.2f} USD - {len(rs)} request"
             f"{'s' if len(rs) != 1 else ''} totalling {total:,.2f} USD = {left:,.2f} USD left"
@@ -174,7 +174,7 @@ class BudgetEnv(TaskEnv):
         rs = [r for r in w.requests if r.department == department and r.vendor_tax_id == vendor_tax_id.strip()]
         if not rs:
             return f"{department} has no requests from a vendor with tax ID {vendor_tax_id.strip()[:40]}"
-        total = _money(sum(usd(w, r) for r in rs))
+        total = round_money(sum(usd(w, r) for r in rs))
         plural = "s" if len(rs) != 1 else ""
         lines = [f"{department}, vendor tax ID {rs[0].vendor_tax_id}: {len(rs)} request{plural}, {total:,.2f} USD in total"]
         lines += [f"- {r.id} ({r.vendor}): {usd(w, r):,.2f} USD, {r.quotes_attached} quotes attached" for r in rs]

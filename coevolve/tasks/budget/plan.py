@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coevolve.tasks.base import Knowledge, PlanStep
-from coevolve.tasks.budget.world import MONEY_TOL, REASONS, BudgetWorld, Request, _money, usd
+from coevolve.tasks.base import Knowledge, PlanStep, round_money
+from coevolve.tasks.budget.world import MONEY_TOL, REASONS, BudgetWorld, Request, usd
 
 FACTS = ("posted_balance", "split_purchases", "blocked_by_tax_id", "currency_conversion")
 REASON_TEXT = {
@@ -84,7 +84,7 @@ def decide(w: BudgetWorld, k: Knowledge) -> list[dict[str, Any]]:
         if reason == "within_policy" and not see_policy and remaining is not None and amount > remaining[r.department]:
             reason = "insufficient_budget"
         if reason == "within_policy" and remaining is not None and "posted_balance" in facts:
-            remaining[r.department] = _money(remaining[r.department] - amount)
+            remaining[r.department] = round_money(remaining[r.department] - amount)
         item: dict[str, Any] = {"request_id": r.id, "decision": REASONS[reason], "reason_code": reason}
         if REASONS[reason] == "reject" and w.comment_required and "comment_rejections" in k.constraints:
             item["comment"] = f"Rejected: {REASON_TEXT[reason]}."

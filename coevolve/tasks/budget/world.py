@@ -8,6 +8,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.tasks.base import round_money
+
 TRAPS = ("running_balance", "split_purchase", "renamed_vendor")
 TRAP_RATE = {1: 0.08, 2: 0.25, 3: 0.4}
 DECISIONS = ("approve", "reject", "escalate")
@@ -85,12 +87,8 @@ class BudgetWorld:
         return next((r for r in self.requests if r.id == rid), None)
 
 
-def _money(x: float) -> float:
-    return round(x + 1e-9, 2)
-
-
 def usd(w: BudgetWorld, r: Request, convert: bool = True) -> float:
-    return _money(r.amount * w.fx[r.currency]) if convert else r.amount
+    return round_money(r.amount * w.fx[r.currency]) if convert else r.amount
 
 
 def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
@@ -139,13 +137,13 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
         cats = [c for c, cap in caps.items() if cap > lo * 1.05]
         d.setdefault("category", rng.choice(cats))
         hi = min(hi, caps[d["category"]] * 0.98)
-        amount_usd = _money(rng.uniform(lo, hi))
+        amount_usd = round_money(rng.uniform(lo, hi))
         if "level" not in d:
             ok = [lv for lv, lim in limits.items() if lim >= amount_usd * 1.02]
             d["level"] = ok[0] if ok and rng.random() < 0.6 else (rng.choice(ok) if ok else "vp")
         cur = d.setdefault("currency", rng.choice(("USD",) * 6 + ("EUR", "GBP")))
-        d["amount"] = _money(amount_usd / fx[cur])
-        d["amount_usd"] = _money(d["amount"] * fx[cur])
+        d["amount"] = round_money(amount_usd / fx[cur])
+        d["amount_usd"] = round_money(d["amount"] * fx[cur])
         d["quotes"] = quotes_required + rng.randint(0, 1) if amount_usd > quote_threshold * 0.95 else rng.randint(0, 2)
 
     n_base = SMALL_REQUESTS if small else 8 * size - 2
@@ -174,7 +172,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
             d["category"] = rng.choice(list(caps))
             cap = caps[d["category"]]
             d["level"] = "vp"
-            d["amount_usd"] = _money(cap * rng.uniform(1.1, 1.6))
+            d["amount_usd"] = round_money(cap * rng.uniform(1.1, 1.6))
         elif outcome == "missing_quotes":
             d = draft(outcome)
             cats = [c for c, cap in caps.items() if cap > quote_threshold * 1.3]
@@ -190,7 +188,7 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
             d = draft("split_purchase", dept, vendor=vendor[0], tax=vendor[1], level="director", currency="USD")
             cats = [c for c, cap in caps.items() if cap > quote_threshold]
             d["category"] = d.get("category") or rng.choice(cats)
-            d["amount"] = d["amount_usd"] = _money(rng.uniform(0.55, 0.95) * quote_threshold)
+            d["amount"] = d["amount_usd"] = round_money(rng.uniform(0.55, 0.95) * quote_threshold)
             d["quotes"] = rng.randint(0, min(1, quotes_required - 1))
         drafts[-1]["category"] = drafts[-2]["category"]
     if "renamed_vendor" in traps:  # a blocked company under a new trading name
@@ -219,16 +217,16 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
     for dept in departments:
         approved = sum(d["amount_usd"] for d in drafts if d["department"] == dept and d["outcome"] == "within_policy")
         escalated = [d["amount_usd"] for d in drafts if d["department"] == dept and d["outcome"] == "above_approval_limit"]
-        slack = _money(max([rng.uniform(300, 4000)] + [a + rng.uniform(100, 2000) for a in escalated]))
+        slack = round_money(max([rng.uniform(300, 4000)] + [a + rng.uniform(100, 2000) for a in escalated]))
         if late is not None and late["department"] == dept:
-            slack = _money(rng.uniform(0.2, 0.8) * late["amount_usd"])
+            slack = round_money(rng.uniform(0.2, 0.8) * late["amount_usd"])
             if approved + slack < late["amount_usd"]:  # the late request alone must fit the posted balance
                 filler = {"outcome": "within_policy", "department": dept}
                 fit(filler, late["amount_usd"] - approved - slack + 100, late["amount_usd"] + 2000)
                 filler["vendor"], filler["tax"] = fresh_vendor()
                 drafts.insert(0, filler)
                 approved += filler["amount_usd"]
-        balances[dept] = _money(approved + slack)
+        balances[dept] = round_money(approved + slack)
     for d in drafts:
         if d["outcome"] == "insufficient_budget" and "amount" not in d:
             need = balances[d["department"]] + rng.uniform(200, 3000)
@@ -236,12 +234,12 @@ def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
             if not cats:  # the department is too rich for any category: make it a cap breach instead
                 d["outcome"], d["category"], d["level"] = "over_category_cap", rng.choice(list(caps)), "vp"
                 d["currency"] = "USD"
-                d["amount"] = d["amount_usd"] = _money(caps[d["category"]] * rng.uniform(1.1, 1.5))
+                d["amount"] = d["amount_usd"] = round_money(caps[d["category"]] * rng.uniform(1.1, 1.5))
                 d["quotes"] = quotes_required
                 continue
             d["category"] = rng.choice(cats)
             d["level"], d["currency"] = "vp", "USD"
-            d["amount"] = d["amount_usd"] = _money(rng.uniform(need, min(caps[d["category"]], need * 1.3)))
+            d["amount"] = d["amount_usd"] = round_money(rng.uniform(need, min(caps[d["category"]], need * 1.3)))
             d["quotes"] = quotes_required + (1 if rng.random() < 0.3 else 0)
     if late is not None:
         drafts.append(late)  # submitted last of the day

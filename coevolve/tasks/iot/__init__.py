@@ -9,21 +9,18 @@ reference solution as steps), `checker` (the grader), `handbook.md` (the domain 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 from coevolve.tasks.base import TaskFamily
 from coevolve.tasks.iot.checker import check
 from coevolve.tasks.iot.env import HELPER_TOOLS, TOOLS, IotEnv
 from coevolve.tasks.iot.plan import detect, plan
 from coevolve.tasks.iot.world import IotWorld, build_world
 
-__all__ = ["IotEnv", "IotFamily", "IotWorld", "detect"]
+__all__ = ["IotFamily", "detect"]
 
 
 class IotFamily(TaskFamily):
     name = "iot"
     title = "IoT sensor anomaly detection"
-    default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
     build_world = staticmethod(build_world)
     env_type = IotEnv
     base_tools = TOOLS

@@ -17,47 +17,18 @@ domain facts and instruction constraints).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 from coevolve.tasks.base import TaskFamily
 from coevolve.tasks.payroll.checker import check
-from coevolve.tasks.payroll.env import HELPER_TOOLS, TOOLS, PayrollEnv, policy_text
-from coevolve.tasks.payroll.plan import audit, audit_query, plan
-from coevolve.tasks.payroll.world import (
-    ERROR_TYPES,
-    FACT_IDS,
-    TRAPS,
-    Employee,
-    Pay,
-    PayrollWorld,
-    Stub,
-    build_world,
-    deductions,
-    expected_pay,
-    rate_in_effect,
-)
+from coevolve.tasks.payroll.env import HELPER_TOOLS, TOOLS, PayrollEnv
+from coevolve.tasks.payroll.plan import audit, plan
+from coevolve.tasks.payroll.world import ERROR_TYPES, FACT_IDS, TRAPS, PayrollWorld, build_world
 
-__all__ = [
-    "ERROR_TYPES",
-    "TRAPS",
-    "Employee",
-    "Pay",
-    "PayrollEnv",
-    "PayrollFamily",
-    "PayrollWorld",
-    "Stub",
-    "audit",
-    "audit_query",
-    "deductions",
-    "expected_pay",
-    "policy_text",
-    "rate_in_effect",
-]
+__all__ = ["ERROR_TYPES", "TRAPS", "PayrollFamily", "audit"]
+
 
 class PayrollFamily(TaskFamily):
     name = "payroll"
     title = "payroll auditing"
-    default_params: ClassVar[dict[str, Any]] = {"difficulty": 2, "size": 1}
     build_world = staticmethod(build_world)
     env_type = PayrollEnv
     base_tools = TOOLS

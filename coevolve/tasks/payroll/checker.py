@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from coevolve.tasks.base import Knowledge, Requirement, graded
+from coevolve.tasks.base import Knowledge, Requirement, graded, listing
 from coevolve.tasks.payroll.env import PayrollEnv, parse_report
 from coevolve.tasks.payroll.plan import audit
 from coevolve.tasks.payroll.world import PayrollWorld
@@ -32,11 +32,6 @@ def _label(k: Key) -> str:
 def _count(n: int, noun: str, singular: str, plural: str) -> str:
     """'1 finding does' / '2 findings do': a count with its noun and verb agreeing."""
     return f"{n} {noun} {singular}" if n == 1 else f"{n} {noun}s {plural}"
-
-
-def _listing(items: list[str], n: int = 5) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def check(env: PayrollEnv, full: Knowledge) -> Outcome:
@@ -107,12 +102,12 @@ def _grade_findings(got: list[tuple[Key, float]], truth: list[dict[str, Any]]) -
     if false:
         false_reason = (
             f"{_count(len(false), 'finding', 'does', 'do')} not match an erroneous pay stub of the audited periods: "
-            f"{_listing([_label(k) for k in false])}"
+            f"{listing([_label(k) for k in false])}"
         )
     if doubled:
         false_reason += ("; " if false_reason else "") + (
             f"{_count(len(unique_doubled), 'finding', 'is', 'are')} reported more than once: "
-            f"{_listing([_label(k) for k in unique_doubled])}"
+            f"{listing([_label(k) for k in unique_doubled])}"
         )
     reqs = [
         Requirement(
@@ -128,7 +123,7 @@ def _grade_findings(got: list[tuple[Key, float]], truth: list[dict[str, Any]]) -
             "error_types_correct",
             not wrong_type,
             f"{_count(len(wrong_type), 'finding', 'gives', 'give')} an error_type that is not the stub's error: "
-            f"{_listing([_label(k) for k in wrong_type])}"
+            f"{listing([_label(k) for k in wrong_type])}"
             if wrong_type
             else "",
         ),
@@ -136,7 +131,7 @@ def _grade_findings(got: list[tuple[Key, float]], truth: list[dict[str, Any]]) -
             "corrected_amounts_correct",
             not wrong_amount,
             f"{_count(len(wrong_amount), 'finding', 'has', 'have')} a wrong corrected_amount: "
-            f"{_listing([f'{_label(k)} {have[k]:.2f}' for k in wrong_amount])}"
+            f"{listing([f'{_label(k)} {have[k]:.2f}' for k in wrong_amount])}"
             if wrong_amount
             else "",
         ),
@@ -150,7 +145,7 @@ def _grade_mail(outbox: list[dict[str, Any]], w: PayrollWorld) -> list[Requireme
     if not outbox:
         to_manager = "no email was sent"
     elif not audit_mails:
-        sent = _listing([f"to {m['to']} with subject {m['subject']!r}" for m in outbox])
+        sent = listing([f"to {m['to']} with subject {m['subject']!r}" for m in outbox])
         to_manager = (
             f"no email went to the payroll manager named in the policy with exactly the subject the task gives "
             f"(sent: {sent})"
@@ -178,7 +173,7 @@ def _grade_mail(outbox: list[dict[str, Any]], w: PayrollWorld) -> list[Requireme
         Requirement(
             "no_mail_to_outsiders",
             not strangers,
-            f"mail went to addresses the task does not name: {_listing(strangers)}" if strangers else "",
+            f"mail went to addresses the task does not name: {listing(strangers)}" if strangers else "",
         ),
         Requirement("audit_email_cc", cc_ok, cc_reason),
     ]

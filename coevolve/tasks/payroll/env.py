@@ -19,7 +19,7 @@ from coevolve.tasks.payroll.world import (
     Employee,
     PayrollWorld,
     Stub,
-    _money,
+    round_money,
 )
 from coevolve.tasks.tools import Param, fill_doc, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
@@ -296,7 +296,7 @@ class PayrollEnv(TaskEnv):
                         ("holiday_hours", holiday_hours)):  # fmt: skip
             if not _number(v) or v < 0 or v > 1e7:
                 raise ToolArgError(f"{name} must be a non-negative number")
-        gross = _money(rate * (regular_hours + OT_MULT * overtime_hours + HOLIDAY_MULT * holiday_hours))
+        gross = round_money(rate * (regular_hours + OT_MULT * overtime_hours + HOLIDAY_MULT * holiday_hours))
         return (
             f"gross {gross:.2f} = {rate:g} x ({regular_hours:g} regular + {OT_MULT:g} x {overtime_hours:g} overtime "
             f"+ {HOLIDAY_MULT:g} x {holiday_hours:g} holiday hours)"
@@ -310,8 +310,8 @@ class PayrollEnv(TaskEnv):
         if not _number(gross) or gross < 0 or gross > 1e9:
             raise ToolArgError("gross must be a non-negative amount")
         health = self.world.premiums[e.health_plan]
-        k401 = _money(gross * e.k401_pct / 100)
-        net = _money(gross - health - k401)
+        k401 = round_money(gross * e.k401_pct / 100)
+        net = round_money(gross - health - k401)
         return (
             f"{e.id}: gross {gross:.2f} - health {health:.2f} ({e.health_plan} plan) - 401(k) {k401:.2f} "
             f"({e.k401_pct:g}% of gross) = net {net:.2f}"

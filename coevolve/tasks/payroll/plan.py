@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from coevolve.tasks.base import Knowledge, PlanStep
-from coevolve.tasks.payroll.world import FACT_IDS, PayrollWorld, _money, deductions, expected_pay
+from coevolve.tasks.base import Knowledge, PlanStep, round_money
+from coevolve.tasks.payroll.world import FACT_IDS, PayrollWorld, deductions, expected_pay
 
 
 def plan(w: PayrollWorld, knowledge: Knowledge) -> tuple[PlanStep, ...]:
@@ -82,14 +82,14 @@ def audit(w: PayrollWorld, k: Knowledge) -> list[dict[str, Any]]:
                     health, k401 = deductions(w, e, pay.gross)
                 else:
                     health, k401 = s.health, s.k401
-                amount = _money(pay.gross - health - k401)
+                amount = round_money(pay.gross - health - k401)
             else:
                 health, k401 = deductions(w, e, s.gross)
                 if not see_policy:
                     health = s.health
                 if abs(s.health - health) > 0.001 or abs(s.k401 - k401) > 0.001:
                     kind = "wrong_deduction"
-                    amount = _money(s.gross - health - k401)
+                    amount = round_money(s.gross - health - k401)
         if kind is not None:
             findings.append({"employee_id": s.employee_id, "period": s.period, "error_type": kind,
                              "corrected_amount": amount})  # fmt: skip

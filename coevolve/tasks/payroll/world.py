@@ -10,6 +10,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.tasks.base import round_money
+
 ERROR_TYPES = ("missed_overtime", "wrong_rate", "duplicate_payment", "terminated_paid", "wrong_deduction")
 TRAPS = ("ca_daily", "salaried_long_week", "rate_change", "late_termination")
 TRAP_RATE = {1: 0.06, 2: 0.12, 3: 0.3}
@@ -102,10 +104,6 @@ def _days(period: str) -> list[str]:
     return [(start + dt.timedelta(days=i)).isoformat() for i in range(7)]
 
 
-def _money(x: float) -> float:
-    return round(x + 1e-9, 2)
-
-
 # ---------------------------------------------------------------------------------- pay rules
 def rate_in_effect(e: Employee, period: str) -> float:
     rate = e.rates[0][1]
@@ -135,19 +133,19 @@ def expected_pay(
     total = sum(work)
     if e.pay_type == "salaried":
         if "salaried_exempt" in facts:
-            return Pay(rate, WEEKLY_OT_HOURS, 0.0, 0.0, _money(rate))
+            return Pay(rate, WEEKLY_OT_HOURS, 0.0, 0.0, round_money(rate))
         ot = max(0.0, total - WEEKLY_OT_HOURS)
-        return Pay(rate, WEEKLY_OT_HOURS, ot, 0.0, _money(rate + OT_MULT * rate / WEEKLY_OT_HOURS * ot))
+        return Pay(rate, WEEKLY_OT_HOURS, ot, 0.0, round_money(rate + OT_MULT * rate / WEEKLY_OT_HOURS * ot))
     daily = 0.0
     if "ca_daily_overtime" in facts and e.state in DAILY_OT_STATES:
         daily = sum(max(0.0, h - DAILY_OT_HOURS) for h in work)
     ot = daily + max(0.0, total - daily - WEEKLY_OT_HOURS)
     reg = total - ot
-    return Pay(rate, reg, ot, hol, _money(rate * (reg + OT_MULT * ot + HOLIDAY_MULT * hol)))
+    return Pay(rate, reg, ot, hol, round_money(rate * (reg + OT_MULT * ot + HOLIDAY_MULT * hol)))
 
 
 def deductions(w: PayrollWorld, e: Employee, gross: float) -> tuple[float, float]:
-    return w.premiums[e.health_plan], _money(gross * e.k401_pct / 100)
+    return w.premiums[e.health_plan], round_money(gross * e.k401_pct / 100)
 
 
 def _stub(w: PayrollWorld, sid: int, e: Employee, period: str, pay: Pay, paid_on: str,
@@ -156,7 +154,7 @@ def _stub(w: PayrollWorld, sid: int, e: Employee, period: str, pay: Pay, paid_on
     h = h if health is None else health
     k = k if k401 is None else k401
     return Stub(sid, e.id, period, pay.regular, pay.overtime, pay.holiday, pay.rate, pay.gross, h, k,
-                _money(pay.gross - h - k), paid_on)  # fmt: skip
+                round_money(pay.gross - h - k), paid_on)  # fmt: skip
 
 
 
@@ -181,8 +179,8 @@ def build_world(seed: int, params: dict[str, Any]) -> PayrollWorld:
     holidays = HOLIDAYS_2026
     if small:  # the policy lists only the holidays of the weeks on record (the only ones that matter)
         holidays = tuple(h for h in HOLIDAYS_2026 if any(h in _days(p) for p in all_periods))
-    premiums = {"none": 0.0, "single": _money(rng.randrange(3000, 6000, 25) / 100),
-                "family": _money(rng.randrange(9000, 16000, 25) / 100)}  # fmt: skip
+    premiums = {"none": 0.0, "single": round_money(rng.randrange(3000, 6000, 25) / 100),
+                "family": round_money(rng.randrange(9000, 16000, 25) / 100)}  # fmt: skip
 
     roles: list[str] = [t for t in TRAPS if rng.random() < trap_rate]
     if small:  # at most one trap employee
@@ -215,13 +213,13 @@ def build_world(seed: int, params: dict[str, Any]) -> PayrollWorld:
             base = rng.randrange(1600, 4800, 25) / 100
         else:
             base = float(rng.randrange(900, 2600, 5))
-        bump = _money(base * rng.choice((0.03, 0.04, 0.05, 0.06)))
+        bump = round_money(base * rng.choice((0.03, 0.04, 0.05, 0.06)))
         hire = (monday - dt.timedelta(days=rng.randrange(120, 2000))).isoformat()
         rates = [(hire, base)]
         if rng.random() < 0.4:  # an old raise, long before the audited range
             old = (monday - dt.timedelta(days=rng.randrange(30, 110))).isoformat()
             if old > hire:
-                rates.append((old, _money(base + bump)))
+                rates.append((old, round_money(base + bump)))
         full_weeks = [p for p in periods if sum(d not in HOLIDAYS_2026 for d in _days(p)[:5]) >= 4] or list(periods)
         if role in ("missed_overtime", "ca_daily", "salaried_long_week"):
             week = rng.choice(full_weeks)
@@ -230,16 +228,16 @@ def build_world(seed: int, params: dict[str, Any]) -> PayrollWorld:
         error_week[eid] = week
         if role == "rate_change":  # raise takes effect inside or after the audited range
             later = [*periods[1:], (_d(periods[-1]) + dt.timedelta(weeks=rng.randint(1, 3))).isoformat()]
-            rates.append((rng.choice(later), _money(rates[-1][1] + bump)))
+            rates.append((rng.choice(later), round_money(rates[-1][1] + bump)))
         if role == "wrong_rate":
             if week == periods[0]:  # payroll missed a raise effective at the start of the range
-                rates.append((week, _money(rates[-1][1] + bump)))
+                rates.append((week, round_money(rates[-1][1] + bump)))
                 stub_rate_override[(eid, week)] = rates[-2][1]
             else:  # a keying error
                 right = rates[-1][1]
                 size_of = rng.randrange(50, 300, 25) / 100 if pay_type == "hourly" else rng.randrange(20, 120, 5)
                 delta = rng.choice((-1, 1)) * size_of
-                stub_rate_override[(eid, week)] = _money(right + delta)
+                stub_rate_override[(eid, week)] = round_money(right + delta)
         status, term = "active", None
         if role == "terminated_paid":
             status = "terminated"
@@ -289,19 +287,19 @@ def build_world(seed: int, params: dict[str, Any]) -> PayrollWorld:
                 hol = sum(h for d, h in hours if d in holidays)
                 weekly = max(0.0, total - WEEKLY_OT_HOURS) if role == "ca_daily" else 0.0
                 reg = total - weekly
-                pay = Pay(pay.rate, reg, weekly, hol, _money(pay.rate * (reg + OT_MULT * weekly + HOLIDAY_MULT * hol)))
+                pay = Pay(pay.rate, reg, weekly, hol, round_money(pay.rate * (reg + OT_MULT * weekly + HOLIDAY_MULT * hol)))
                 injected.append((e.id, p, "missed_overtime"))
             elif is_err and role == "wrong_rate":
                 r = stub_rate_override[(e.id, p)]
                 g = r if e.pay_type == "salaried" else r * (pay.regular + OT_MULT * pay.overtime + HOLIDAY_MULT * pay.holiday)
-                pay = Pay(r, pay.regular, pay.overtime, pay.holiday, _money(g))
+                pay = Pay(r, pay.regular, pay.overtime, pay.holiday, round_money(g))
                 injected.append((e.id, p, role))
             health = k401 = None
             if is_err and role == "wrong_deduction":
                 right_h = deductions(world0, e, pay.gross)[0]
                 if e.k401_pct and rng.random() < 0.5:
                     wrong_pct = e.k401_pct + rng.choice((-2, -1, 1, 2))
-                    k401 = _money(pay.gross * max(wrong_pct, 1) / 100)
+                    k401 = round_money(pay.gross * max(wrong_pct, 1) / 100)
                 else:
                     health = premiums[rng.choice([x for x in PLANS if premiums[x] != right_h])]
                 injected.append((e.id, p, role))

@@ -28,31 +28,11 @@ from __future__ import annotations
 from coevolve.tasks.base import TaskEnv, TaskFamily
 from coevolve.tasks.refactor.checker import check
 from coevolve.tasks.refactor.env import TOOLS, RefactorEnv, apply_patch
-from coevolve.tasks.refactor.plan import (
-    FACT_IDS,
-    KIND_FACTS,
-    canonical_tests,
-    changelog_after,
-    make_patch,
-    plan,
-    refactored_files,
-)
+from coevolve.tasks.refactor.plan import FACT_IDS, make_patch, plan, refactored_files
 from coevolve.tasks.refactor.world import CHANGELOG, RefactorWorld, build_world, original_files
 from coevolve.values import Outcome
 
-__all__ = [
-    "CHANGELOG",
-    "KIND_FACTS",
-    "RefactorEnv",
-    "RefactorFamily",
-    "RefactorWorld",
-    "apply_patch",
-    "canonical_tests",
-    "changelog_after",
-    "make_patch",
-    "original_files",
-    "refactored_files",
-]
+__all__ = ["CHANGELOG", "RefactorFamily", "apply_patch", "make_patch", "original_files", "refactored_files"]
 
 
 class RefactorFamily(TaskFamily):

@@ -21,7 +21,7 @@ import types
 from functools import cache
 
 from coevolve import sandbox
-from coevolve.tasks.base import Requirement, graded
+from coevolve.tasks.base import Requirement, graded, listing, plural
 from coevolve.tasks.refactor.env import ENV_LIMITS, RefactorEnv
 from coevolve.tasks.refactor.plan import canonical_tests
 from coevolve.tasks.refactor.world import CHANGELOG, RefactorWorld, original_files
@@ -40,17 +40,7 @@ BANNED_ATTRS = frozenset(
     {"sys", "os", "modules", "builtins", "subprocess", "socket", "gc", "inspect", "importlib", "f_globals",
      "f_locals", "f_back", "gi_frame", "cr_frame", "tb_frame"}
 )
-SHOWN = 5  # items a reason lists before "and N more"
 HIDDEN_TESTS = "tests/test_hidden_checks.py"
-
-
-def _listing(items: list[str], n: int = SHOWN) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
-def _places(n: int) -> str:
-    return f"{n} place" if n == 1 else f"{n} places"
 
 
 # ------------------------------------------------------------------------------------------ safety
@@ -170,7 +160,7 @@ def kind_requirements(w: RefactorWorld, files: dict[str, str], trees: dict[str, 
             Requirement(
                 "old_name_gone",
                 not places,
-                f"the old name `{old}` is still used in {_places(len(places))}: {_listing(places)}" if places else "",
+                f"the old name `{old}` is still used in {plural(len(places), 'place', 'places')}: {listing(places)}" if places else "",
             ),
         ]
     if w.kind == "extract":
@@ -209,7 +199,7 @@ def kind_requirements(w: RefactorWorld, files: dict[str, str], trees: dict[str, 
             Requirement(
                 "no_duplicate_block_left",
                 not left,
-                f"the duplicated block is still written out in {len(left)} function(s): {_listing(left)}" if left else "",
+                f"the duplicated block is still written out in {len(left)} function(s): {listing(left)}" if left else "",
             ),
         ]
     found = {(p, n.lineno) for p, t in trees.items() for n in ast.walk(t) if isinstance(n, ast.Attribute) and n.attr == "utcnow"}
@@ -226,7 +216,7 @@ def kind_requirements(w: RefactorWorld, files: dict[str, str], trees: dict[str, 
         Requirement(
             "deprecated_call_gone",
             not calls,
-            f"`utcnow` is still used in {_places(len(calls))}: {_listing(calls)}" if calls else "",
+            f"`utcnow` is still used in {plural(len(calls), 'place', 'places')}: {listing(calls)}" if calls else "",
         ),
         Requirement(
             "aware_now_at_every_call_site",
@@ -310,10 +300,10 @@ def run_checker_tests(w: RefactorWorld, files: dict[str, str]) -> Requirement:
         parts.append(f"the sandbox stopped the test run: {result.stopped}")
     if uncollected:
         shown = [f"{t.id.removesuffix('::<collect>')} ({bounded(_first_line(t.message), 300)})" for t in uncollected]
-        parts.append(f"{len(uncollected)} test file(s) could not be loaded: {_listing(shown, 3)}")
+        parts.append(f"{len(uncollected)} test file(s) could not be loaded: {listing(shown, 3)}")
     if bad:
         shown = [f"{t.id} ({bounded(_first_line(t.message), 300) or t.outcome})" for t in bad]
-        parts.append(f"{len(bad)} of the {len(expected)} visible and hidden tests fail: {_listing(shown, 3)}")
+        parts.append(f"{len(bad)} of the {len(expected)} visible and hidden tests fail: {listing(shown, 3)}")
     if reported != expected:
         parts.append(f"the test run reported {len(reported)} of the {len(expected)} tests")
     return Requirement("tests_pass", False, "; ".join(parts) or "no test ran")
@@ -338,17 +328,17 @@ def check(env: RefactorEnv) -> Outcome:
     unsafe = [f"{p}: {b}" for p, t in trees.items() if p.startswith(f"{w.pkg}/") for b in safety_problems(t, w.pkg)]
     lost = tests_lost(w, files, trees)
     checks = [
-        Requirement("code_parses", not syntax, f"{len(syntax)} Python file(s) do not parse: {_listing(syntax)}" if syntax else ""),
+        Requirement("code_parses", not syntax, f"{len(syntax)} Python file(s) do not parse: {listing(syntax)}" if syntax else ""),
         *kind_requirements(w, files, trees),
         Requirement(
             "package_imports_allowed",
             not unsafe,
             "package code may import only allowed standard-library modules and its own package, and may not reach "
-            f"interpreter internals: {_listing(list(dict.fromkeys(unsafe)))}"
+            f"interpreter internals: {listing(list(dict.fromkeys(unsafe)))}"
             if unsafe
             else "",
         ),
-        Requirement("visible_tests_kept", not lost, f"the visible tests were cut: {_listing(lost)}" if lost else ""),
+        Requirement("visible_tests_kept", not lost, f"the visible tests were cut: {listing(lost)}" if lost else ""),
     ]
     changelog: Requirement | None = None
     if w.entry is not None:

@@ -62,10 +62,6 @@ def _render(text: str, values: dict[str, str]) -> str:
     return SLOT.sub(lambda m: values[m.group(1)], text)
 
 
-def _lit(v: Any) -> str:
-    return repr(v)
-
-
 def _py(lines: list[str]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -14,21 +14,10 @@ from __future__ import annotations
 from coevolve.tasks.base import TaskFamily
 from coevolve.tasks.stock.checker import check
 from coevolve.tasks.stock.env import HELPER_TOOLS, TOOLS, StockEnv
-from coevolve.tasks.stock.plan import plan, render_template, solve
-from coevolve.tasks.stock.world import COLUMNS, SHEET, SUPPLIER_SHEET, Product, StockWorld, build_world
+from coevolve.tasks.stock.plan import plan
+from coevolve.tasks.stock.world import SHEET, SUPPLIER_SHEET, StockWorld, build_world
 
-__all__ = [
-    "COLUMNS",
-    "SHEET",
-    "SUPPLIER_SHEET",
-    "TOOLS",
-    "Product",
-    "StockEnv",
-    "StockFamily",
-    "StockWorld",
-    "render_template",
-    "solve",
-]
+__all__ = ["SHEET", "SUPPLIER_SHEET", "StockEnv", "StockFamily"]
 
 
 class StockFamily(TaskFamily):

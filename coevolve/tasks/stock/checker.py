@@ -14,13 +14,11 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from coevolve.tasks.base import Knowledge, Requirement, graded
+from coevolve.tasks.base import Knowledge, Requirement, graded, listing, plural
 from coevolve.tasks.stock.env import StockEnv, norm_cell
 from coevolve.tasks.stock.plan import solve
 from coevolve.tasks.stock.world import SHEET, SUPPLIER_SHEET, supplier_sheet
 from coevolve.values import Outcome
-
-SHOWN = 5  # items listed in a reason before "and N more"
 
 MailKey = tuple[str, str, str, str]
 
@@ -48,15 +46,6 @@ def _f1(want: Counter, have: Counter) -> float:
         return 0.0
     p, r = tp / nh, tp / nw
     return 2 * p * r / (p + r)
-
-
-def _listing(items: Sequence[str]) -> str:
-    shown = "; ".join(items[:SHOWN])
-    return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def _short(s: str, n: int = 60) -> str:
@@ -98,15 +87,15 @@ def _integrity(env: StockEnv) -> list[Requirement]:
         Requirement(
             "earlier_alerts_unchanged",
             not edited,
-            f"{_plural(len(edited), 'earlier alert row', 'earlier alert rows')} of the {SHEET} sheet "
-            f"{'was' if len(edited) == 1 else 'were'} edited, but the task only adds new rows: {_listing(edited)}"
+            f"{plural(len(edited), 'earlier alert row', 'earlier alert rows')} of the {SHEET} sheet "
+            f"{'was' if len(edited) == 1 else 'were'} edited, but the task only adds new rows: {listing(edited, sep='; ')}"
             if edited
             else "",
         ),
         Requirement(
             "suppliers_sheet_unchanged",
             not changed,
-            f"the {SUPPLIER_SHEET} sheet was edited, but the task does not change it: {_listing(changed)}"
+            f"the {SUPPLIER_SHEET} sheet was edited, but the task does not change it: {listing(changed, sep='; ')}"
             if changed
             else "",
         ),
@@ -138,12 +127,12 @@ def _row_requirements(env: StockEnv, want: dict[str, tuple[str, ...]]) -> list[R
     extra_reason = []
     if others:
         extra_reason.append(
-            f"{_plural(len(others), 'new row is for a product that does', 'new rows are for products that do')} "
+            f"{plural(len(others), 'new row is for a product that does', 'new rows are for products that do')} "
             f"not need a new alert: "
-            f"{_listing(others)}"
+            f"{listing(others, sep='; ')}"
         )
     if repeated:
-        extra_reason.append(f"products with more than one new row: {_listing(repeated)}")
+        extra_reason.append(f"products with more than one new row: {listing(repeated, sep='; ')}")
     return [
         Requirement(
             "alert_row_for_each_product_to_reorder",
@@ -157,7 +146,7 @@ def _row_requirements(env: StockEnv, want: dict[str, tuple[str, ...]]) -> list[R
         Requirement(
             "alert_row_values_correct",
             not wrong,
-            f"{_plural(len(wrong), 'new row has', 'new rows have')} wrong values: {_listing(wrong)}" if wrong else "",
+            f"{plural(len(wrong), 'new row has', 'new rows have')} wrong values: {listing(wrong, sep='; ')}" if wrong else "",
         ),
     ]
 
@@ -209,11 +198,11 @@ def _email_requirements(env: StockEnv, want: dict[str, MailKey]) -> list[Require
     extra_reason = []
     if others:
         extra_reason.append(
-            f"{_plural(len(others), 'email is', 'emails are')} not about a product that needs a new alert: "
-            f"{_listing(others)}"
+            f"{plural(len(others), 'email is', 'emails are')} not about a product that needs a new alert: "
+            f"{listing(others, sep='; ')}"
         )
     if repeated:
-        extra_reason.append(f"products emailed more than once: {_listing(repeated)}")
+        extra_reason.append(f"products emailed more than once: {listing(repeated, sep='; ')}")
     reqs = [
         Requirement(
             "email_for_each_product_to_reorder",
@@ -227,7 +216,7 @@ def _email_requirements(env: StockEnv, want: dict[str, MailKey]) -> list[Require
         Requirement(
             "email_content_correct",
             not wrong,
-            f"{_plural(len(wrong), 'email is', 'emails are')} not written as required: {_listing(wrong)}"
+            f"{plural(len(wrong), 'email is', 'emails are')} not written as required: {listing(wrong, sep='; ')}"
             if wrong
             else "",
         ),
@@ -240,7 +229,7 @@ def _email_requirements(env: StockEnv, want: dict[str, MailKey]) -> list[Require
                 not normal,
                 f"the task asks for the alert emails to be sent with priority high; "
                 f"{len(normal)} of the {len(sent)} emails sent {'has' if len(normal) == 1 else 'have'} "
-                f"priority normal: {_listing(normal)}"
+                f"priority normal: {listing(normal, sep='; ')}"
                 if normal
                 else "",
             )

@@ -60,8 +60,6 @@ PINNED_VERSION = "26.3"
 DOMAINS = ("airline", "retail", "telecom")
 VAL_SEED = 7
 VAL_SIZES = {"airline": 10, "retail": 20, "telecom": 20}
-# tau2's leaderboard set: every task of tasks.json (airline, retail); telecom's split_tasks.json `base`
-BASE_SIZES = {"airline": 50, "retail": 114, "telecom": 114}
 # sha256[:12] of a domain's tasks.json -> the tau2-bench release(s) whose file has exactly those bytes
 KNOWN_TASKS = {
     "40d692b3fca7": "tau2-bench v0.1.0-v0.2.0 (pre-τ³)",  # airline

@@ -12,23 +12,13 @@ the change request requires and reports per requirement. The package: `world` (g
 from __future__ import annotations
 
 from coevolve.tasks.base import TaskEnv, TaskFamily
-from coevolve.tasks.website.checker import check, snapshot
+from coevolve.tasks.website.checker import check
 from coevolve.tasks.website.env import HELPER_TOOLS, TOOLS, WebsiteEnv
-from coevolve.tasks.website.plan import plan, solve_links, solve_menu, solve_rename
-from coevolve.tasks.website.world import Page, SiteWorld, build_world, slugify
+from coevolve.tasks.website.plan import plan
+from coevolve.tasks.website.world import SiteWorld, build_world
 from coevolve.values import Outcome
 
-__all__ = [
-    "Page",
-    "SiteWorld",
-    "WebsiteEnv",
-    "WebsiteFamily",
-    "slugify",
-    "snapshot",
-    "solve_links",
-    "solve_menu",
-    "solve_rename",
-]
+__all__ = ["WebsiteEnv", "WebsiteFamily"]
 
 
 class WebsiteFamily(TaskFamily):

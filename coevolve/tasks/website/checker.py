@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coevolve.tasks.base import PlanStep, Requirement, graded
+from coevolve.tasks.base import PlanStep, Requirement, graded, plural
 from coevolve.tasks.website.env import WebsiteEnv
 from coevolve.tasks.website.world import LINK, _menu_tuple, _path
 from coevolve.values import Outcome
@@ -58,10 +58,6 @@ def reference_env(env: WebsiteEnv, steps: list[PlanStep]) -> WebsiteEnv:
     for step in steps:
         ref.call(impl.get(step.tool, step.tool), dict(step.args))
     return ref
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def _listing(items: list[str]) -> str:
@@ -237,7 +233,7 @@ def check(env: WebsiteEnv, reference_steps: list[PlanStep]) -> Outcome:
             Requirement(
                 "links_updated",
                 not links_wrong,
-                f"{_count(len(links_wrong), 'link or menu item is', 'links or menu items are')} not as required: "
+                f"{plural(len(links_wrong), 'link or menu item is', 'links or menu items are')} not as required: "
                 f"{_listing(links_wrong)}"
                 if links_wrong
                 else "",
@@ -248,7 +244,7 @@ def check(env: WebsiteEnv, reference_steps: list[PlanStep]) -> Outcome:
             Requirement(
                 "reported_links_fixed",
                 not links_wrong,
-                f"{_count(len(links_wrong), 'link does', 'links do')} not lead to the page named by the link text: "
+                f"{plural(len(links_wrong), 'link does', 'links do')} not lead to the page named by the link text: "
                 f"{_listing(links_wrong)}"
                 if links_wrong
                 else "",
@@ -270,7 +266,7 @@ def check(env: WebsiteEnv, reference_steps: list[PlanStep]) -> Outcome:
         Requirement(
             "no_broken_links",
             not broken,
-            f"{_count(len(broken), 'internal link is', 'internal links are')} broken: {_listing(broken)}"
+            f"{plural(len(broken), 'internal link is', 'internal links are')} broken: {_listing(broken)}"
             if broken
             else "",
         )
