@@ -41,8 +41,10 @@ demo: $(STAMP) sandbox
 
 # `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each, in 3 pytest-xdist
 # workers: most tests wait (on Ray actors, subprocesses, servers), so 3 workers on 2 cores overlap the
-# waits. 2,245 passed, 2 skipped in 8 min 13 s of wall on 2 cores (2026-12-06; one process took 13-22 min);
-# 2,260 passed, 1 skipped in 21 min 16 s on a slower 2-core machine (2026-12-06, late; CI: 736 s in all).
+# waits, and an idle worker takes queued tests from a busy one (worksteal). On one 2-core machine, no
+# compiled modules at the start (2026-12-07): 19 min 40 s before the module cache, 16 min 26 s with it,
+# 15 min 08 s with worksteal and the CLI eval fixture on one pool (2,258 passed, 1 skipped); the same suite
+# took 8-21 min on other 2-core machines (CI: 736 s and 1,290 s).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
@@ -50,7 +52,7 @@ demo: $(STAMP) sandbox
 test: $(STAMP) sandbox
 	# Debian's Chromium for the browser family's Playwright backend and the report test (idempotent; CI runs as root)
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
-	$(BIN)/python -m pytest -q -m "not slow" --hypothesis-profile=ci -n 3
+	$(BIN)/python -m pytest -q -m "not slow" --hypothesis-profile=ci -n 3 --dist worksteal
 
 test-slow: $(STAMP) sandbox
 	$(BIN)/python -m pytest -q -m "slow" tests/
