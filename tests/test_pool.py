@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import ray
 
+from coevolve.services.pools import base
 from coevolve.services.pools.rollouts import RolloutJob, RolloutPool
 from coevolve.tasks import get_family
 from tests.rollouts import rollout_all
@@ -98,3 +100,23 @@ def test_a_rollout_whose_result_ray_s_memory_monitor_took_is_re_run_on_a_replace
     assert [t.instance.id for t in trajs] == [i.id for i in insts] and all(t.error == "none" for t in trajs)
     local = rollout_all(insts, h, "synthetic/expert", seed=0)
     assert [t.passed for t in trajs] == [t.passed for t in local]
+
+
+def test_actors_with_room_that_start_too_slowly_are_told_apart_from_actors_the_cluster_cannot_place(ray_session):
+    class SlowToStart(base.Worker):  # defined here: Ray ships it by value (no worker imports this module)
+        def __init__(self) -> None:
+            time.sleep(60)
+
+    class _SlowPool(base.ActorPool):
+        worker = SlowToStart
+
+    free = ray.available_resources().get("CPU", 0)
+    with pytest.raises(base.ActorsNotReady, match=r"asked for 1 x 0.25 CPU = 0.25 CPUs; .* The cluster has the CPUs "
+                                                  r"for them: they started too slowly"):
+        _SlowPool("slow", 1, num_cpus=0.25, max_concurrency=1, ready_timeout_s=3)
+    with pytest.raises(base.ActorsNotReady, match=r"Use fewer workers"):  # a resource no node has
+        _SlowPool("slow", 1, num_cpus=0.25, max_concurrency=1, ready_timeout_s=3, resources={"nowhere": 1})
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < free and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) >= free  # both were killed

@@ -51,21 +51,30 @@ def ready_timeout(explicit: float | None = None) -> float:
         raise BadInput(f"${READY_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
 
 
-def wait_ready(actors: list[Any], what: str, cpus_each: float, timeout_s: float | None = None) -> None:
+def wait_ready(actors: list[Any], what: str, cpus_each: float, timeout_s: float | None = None,
+               resources: dict[str, float] | None = None) -> None:
     """Wait until every actor answers `ready()`; if some do not within the timeout (the cluster cannot
-    schedule them, or they hang starting), kill them all and raise `ActorsNotReady`."""
+    schedule them, or they are slow or hang starting), kill them all and raise `ActorsNotReady`, whose
+    message says which of the two it was. `resources`: the custom resources each actor needs."""
     timeout = ready_timeout(timeout_s)
     refs = [a.ready.remote() for a in actors]
     done, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
     if pending:
-        total = ray.cluster_resources().get("CPU", 0.0)
+        cluster = ray.cluster_resources()
+        total = cluster.get("CPU", 0.0)
         free = ray.available_resources().get("CPU", 0.0)
         for a in actors:
             ray.kill(a)
+        asked = len(actors) * cpus_each
+        if asked > total or any(cluster.get(k, 0.0) < v * len(actors) for k, v in (resources or {}).items()):
+            hint = "Use fewer workers, or more time for a cluster that is still scaling up"
+        else:  # room for them: placed, then slow to start (each imports the model libraries) or hung
+            hint = ("The cluster has the CPUs for them: they started too slowly (a loaded machine) or hung "
+                    "starting (Ray's worker logs say which); give them more time")
         raise ActorsNotReady(
             f"{len(pending)} of {len(actors)} {what} actors did not start within {timeout:g}s: asked for "
-            f"{len(actors)} x {cpus_each:g} CPU = {len(actors) * cpus_each:g} CPUs; the cluster has {total:g} CPUs, "
-            f"{free:g} free. Use fewer workers, or more time for a cluster that is still scaling up (${READY_TIMEOUT_ENV})"
+            f"{len(actors)} x {cpus_each:g} CPU = {asked:g} CPUs; the cluster has {total:g} CPUs, "
+            f"{free:g} free. {hint} (${READY_TIMEOUT_ENV})"
         )
     ray.get(done)  # an actor whose constructor failed raises here
 
@@ -214,7 +223,7 @@ class ActorPool:
         self._nodes: dict[Any, Any] = {}  # actor -> ref to its node id
         self.load = Load()
         self.actors = [self._spawn() for _ in range(workers)]
-        wait_ready(self.actors, describe(what, self.resources), num_cpus, ready_timeout_s)
+        wait_ready(self.actors, describe(what, self.resources), num_cpus, ready_timeout_s, self.resources)
 
     def actor_name(self) -> str | None:
         """The name a new actor shows under in Ray's actor table (None: unnamed)."""
