@@ -104,8 +104,8 @@ def test_the_keeper_ends_the_head_when_its_last_live_run_ends_and_not_before(tmp
     assert set(state["runs"]) == {first, second}
     port = state["port"]
     pids = head_pids(port) | {state["keeper_pid"]}
-    daemons = _daemons(state)
     try:
+        daemons = _daemons(state)
         st.finish_run(first, "done", {})
         leases[0].release()
         time.sleep(3 * KEEPER_POLL_S)
@@ -131,8 +131,8 @@ def test_a_run_whose_owner_died_is_not_live_and_two_starts_at_once_share_one_hea
     assert len(addresses) == 1  # the second start found the first one's head
     state = json.loads((tmp_path / HEAD_FILE).read_text())
     pids = head_pids(state["port"]) | {state["keeper_pid"]}
-    daemons = _daemons(state)
     try:
+        daemons = _daemons(state)
         state["runs"][run_id] = 0.0  # registered long ago: past the grace a starting meta-agent gets
         (tmp_path / HEAD_FILE).write_text(json.dumps(state))
         time.sleep(3 * KEEPER_POLL_S)
