@@ -13,5 +13,7 @@ def bounded(text: str, limit: int) -> str:
 
 
 def clipped(text: str, n: int) -> str:
-    """`text` if at most `n` characters, else its two ends around a marker that counts the characters cut."""
+    """`text` if at most `n` characters, else its two ends around a marker that counts the characters cut:
+    the marker of the evidence and transcripts the roles read (`bounded`'s is that of observations and
+    checkers' reasons; unifying them changes the prompts, hence every recorded search)."""
     return text if len(text) <= n else text[: n // 2] + f" …[{len(text) - n} chars]… " + text[-n // 2 :]
