@@ -545,9 +545,17 @@ def run_search(cfg: Config, evaluator: Any, proposer: Any, root: Path, search: s
     event = store.events(run_id, "result")[-1].payload
     stats = {"iterations": r.iterations, "released": len(r.accepted), "rejected": r.rejected, "invalid": r.invalid,
              **{k: event[k] for k in ("admitted", "pool", "guard_attempts") if k in event},
-             "own_proposer_calls": event.get("proposer_calls"), "plateaus": r.plateaus, **wrapped.counts()}
+             "own_proposer_calls": event.get("proposer_calls"), "plateaus": r.plateaus, **wrapped.counts(),
+             "guard_tallies": guard_tallies(store, run_id)}
     return Run(search, meter.used, r.rollouts_used, dict(meter.by_split), meter.cut, r.stop_reason,
                store.get_harness(r.harness_id), stats)
+
+
+def guard_tallies(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """Each guard attempt's last tally (wins, losses, ties, outcome), in attempt order."""
+    last = {e.payload["attempt"]: e.payload for e in store.events(run_id, "guard")}
+    return [{k: last[a][k] for k in ("attempt", "wins", "losses", "ties", "outcome", "e_value", "threshold")}
+            for a in sorted(last)]
 
 
 def run_gepa(cfg: Config, evaluator: Any, proposer: Any, val_n: int, meter: RolloutMeter | None = None,
