@@ -322,23 +322,19 @@ def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _safe_repr(value: Any) -> str:
+def _q(value: Any) -> str:
+    """A value quoted for a message: its repr (one line), clipped; `<type>` when repr fails."""
     try:
         return _clip(repr(value))
     except Exception:  # noqa: BLE001 - a huge int, a nesting too deep, any broken __repr__
         return f"<{type(value).__name__}>"
 
 
-def _q(name: Any) -> str:
-    """A name quoted for a message: its repr (one line), clipped."""
-    return _safe_repr(name)
-
-
 def _clip_name(name: Any) -> str:
     """A field or key name as it may appear inside a one-line message."""
     if isinstance(name, str) and name.isidentifier():
         return _clip(name, 40)
-    return _clip(_safe_repr(name)[1:-1] if isinstance(name, str) else _safe_repr(name), 40)
+    return _clip(_q(name)[1:-1] if isinstance(name, str) else _q(name), 40)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -404,7 +400,7 @@ def _edit_json_error_line(e: ValidationError, obj: Any) -> str:
         if error["type"] == "union_tag_invalid":
             if not isinstance(raw.get("op"), str):
                 return f"op {i}: 'op' must be a string, not {_a(raw.get('op'))}{more}"
-            return f"op {i}: unknown op {_safe_repr(raw['op'])} (ops: {', '.join(OP_MODELS)}){more}"
+            return f"op {i}: unknown op {_q(raw['op'])} (ops: {', '.join(OP_MODELS)}){more}"
         return f"op {i}: must be an object with a string 'op', not {_a(raw)}{more}"
     kind, rest = loc[2], loc[3:]
     model = OP_MODELS[kind][0] if kind in OP_MODELS else None
@@ -432,7 +428,7 @@ def _check_op_types(op: Any) -> None:
     """A dataclass op, checked by the same models as its JSON form; EditError names the field."""
     kind = _op_kind(op)
     if kind is None:
-        raise EditError(f"unknown operation {_safe_repr(op)}")
+        raise EditError(f"unknown operation {_q(op)}")
     wrapped = _WRAPPED_PART.get(OP_MODELS[kind][1])
     if wrapped is None:
         _validate(OP_MODELS[kind][0], {"op": kind, **_fields(op)})
@@ -538,7 +534,7 @@ def validate_harness(h: Harness) -> None:
     _check_context(h.context)
     _check_decoding(h.decoding)
     if not 1 <= h.max_turns <= MAX_TURNS_LIMIT:
-        raise EditError(f"max_turns must be in 1..{MAX_TURNS_LIMIT}, got {_safe_repr(h.max_turns)}")
+        raise EditError(f"max_turns must be in 1..{MAX_TURNS_LIMIT}, got {_q(h.max_turns)}")
     size = harness_chars(h)
     if size > MAX_HARNESS_CHARS:
         raise EditError(f"harness holds {size} characters, over the {MAX_HARNESS_CHARS} limit")
@@ -708,7 +704,7 @@ def _apply_op(d: _Draft, op: Any) -> None:
             _check_decoding(policy)
             d.decoding = DecodingPolicy(policy.tool_calls, policy.temperature, policy.max_tokens)  # 0 -> 0.0
         case _:
-            raise EditError(f"unknown operation {_safe_repr(op)}")
+            raise EditError(f"unknown operation {_q(op)}")
 
 
 def _check_text(text: str) -> None:
@@ -788,7 +784,7 @@ def edit_to_json(edit: HarnessEdit) -> dict[str, Any]:
     for op in edit.ops:
         kind = _op_kind(op)
         if kind is None:
-            raise EditError(f"unknown operation {_safe_repr(op)}")
+            raise EditError(f"unknown operation {_q(op)}")
         wrapped = _WRAPPED_PART.get(OP_MODELS[kind][1])
         fields = _fields(getattr(op, wrapped[0]) if wrapped else op)
         ops.append({"op": kind, **{k: v for k, v in fields.items() if v is not None}})

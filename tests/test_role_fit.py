@@ -151,13 +151,13 @@ def _failures(n, tail, chars):
 
 
 def _propose_fit(evidence, window):
-    from coevolve.agents.meta.proposer import evidence_from_messages, proposer_messages
+    from coevolve.agents.meta.proposer import proposer_messages
 
     def make(p, cut):
         return proposer_messages(p, 3, cut=cut)
 
     f = fit(evidence, make, evidence_stages(), estimate_budget(window, reply=1024, role="proposer"))
-    return f, evidence_from_messages(f.messages)
+    return f, payload_from_messages(f.messages)
 
 
 def test_proposer_keeps_the_harness_and_failures_and_drops_the_oldest_history_first():

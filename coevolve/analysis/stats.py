@@ -96,8 +96,8 @@ def cap_note(cap: int) -> str:
     return f"pass^k capped at {cap}: an instance has only {cap} scored runs"
 
 
-def mean_ci(values: Sequence[float]) -> tuple[float, tuple[float, float]]:
-    """Mean and 95% normal interval of per-unit values (clipped to [0, 1])."""
+def mean_ci(values: Sequence[float], clip: bool = True) -> tuple[float, tuple[float, float]]:
+    """Mean and 95% normal interval of per-unit values (clipped to [0, 1] unless `clip` is False)."""
     if not values:
         return 0.0, (0.0, 0.0)
     n = len(values)
@@ -106,6 +106,8 @@ def mean_ci(values: Sequence[float]) -> tuple[float, tuple[float, float]]:
         return mean, (mean, mean)
     sd = sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = Z95 * sd / sqrt(n)
+    if not clip:
+        return mean, (mean - half, mean + half)
     return mean, (max(0.0, mean - half), min(1.0, mean + half))
 
 
@@ -135,15 +137,7 @@ def paired_difference(a: PassRate, b: PassRate) -> tuple[float, tuple[float, flo
         (ca, na), (cb, nb) = a.per_instance[k], b.per_instance[k]
         if na and nb:
             diffs.append(cb / nb - ca / na)
-    if not diffs:
-        return 0.0, (0.0, 0.0)
-    n = len(diffs)
-    mean = sum(diffs) / n
-    if n < 2:
-        return mean, (mean, mean)
-    sd = sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    half = Z95 * sd / sqrt(n)
-    return mean, (mean - half, mean + half)
+    return mean_ci(diffs, clip=False)
 
 
 def comparison(rates: dict[str, PassRate], base: str, other: str) -> dict[str, Any]:

@@ -2,7 +2,11 @@
 
 `family_names()` lists the seven testbed families this project wrote (tests and `--family all` use it);
 `external_family_names()` lists external benchmarks wrapped as families (tau2-bench airline, retail and telecom),
-present only when their package is installed (`pip install -e '.[tau2]'`). `get_family` serves both."""
+present only when their package is installed (`pip install -e '.[tau2]'`). `get_family` serves both.
+
+Each testbed family is a package of `world` (generation), `env` (services and tools), `plan` (the
+reference solution as steps), `checker` (the grader), `handbook.md` (the domain documentation) and
+`facts.yaml` (the domain facts and instruction constraints)."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from coevolve.agents.context import approx_tokens, message_tokens
 from coevolve.agents.handbook_tools import distinct_hits, handbook_call, handbook_calls, read_sections
+from coevolve.agents.transcript import payload_from_messages
 from coevolve.testbed.policy import SyntheticReply
 
 USELESS = [
@@ -57,9 +58,7 @@ CHECKLIST_ITEMS = 4
 
 def propose(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int, generic_only: bool = False):
     """One reply of the synthetic proposer: handbook tool calls, or the final JSON answer."""
-    from coevolve.agents.meta.proposer import evidence_from_messages
-
-    evidence = evidence_from_messages(messages)
+    evidence = payload_from_messages(messages)
     offered = {t["function"]["name"] for t in tools or ()}
     done = handbook_calls(messages)
     prompt = sum(message_tokens(m) for m in messages)

@@ -31,6 +31,7 @@ from coevolve.agents.fit import (
     fit_tool_result,
 )
 from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
+from coevolve.agents.transcript import FENCE
 from coevolve.edits import EditError, apply_edit, edit_from_json
 from coevolve.llm.contract import Completion, ContextWindowExceeded, ModelUnavailable, RoleClient
 from coevolve.tasks.handbook import Handbook
@@ -41,7 +42,6 @@ HANDBOOK_NOTE = (
     "You can consult the company's handbook for this task family with the tools search_handbook and "
     "read_handbook before you answer; domain rules the agent needs are often written there."
 )
-EVIDENCE_FENCE = "```json"
 CALL_FAILED = "proposer call failed"  # how a proposal that never reached (or came back from) the model begins
 log = structlog.get_logger(role="proposer")
 
@@ -78,19 +78,12 @@ def proposer_messages(evidence: dict[str, Any], k: int, handbook: bool = False, 
     body = json.dumps(evidence, indent=1, sort_keys=True, default=str)
     system = PROMPT.format(k=k) + ("\n\n" + HANDBOOK_NOTE if handbook else "")
     if catalogue:
-        system += f"\n\n{CATALOGUE_NOTE}\n{EVIDENCE_FENCE}\n{json.dumps(catalogue, sort_keys=True, separators=(',', ':'))}\n```"
+        system += f"\n\n{CATALOGUE_NOTE}\n{FENCE}\n{json.dumps(catalogue, sort_keys=True, separators=(',', ':'))}\n```"
     ask = f"{CUT_NOTE}\nPropose up to {k} edits." if cut else f"Propose up to {k} edits."
     return [
         {"role": "system", "content": system},
-        {"role": "user", "content": f"Evidence:\n{EVIDENCE_FENCE}\n{body}\n```\n{ask}"},
+        {"role": "user", "content": f"Evidence:\n{FENCE}\n{body}\n```\n{ask}"},
     ]
-
-
-def evidence_from_messages(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The inverse of `proposer_messages` (used by the synthetic proposer)."""
-    text = next(m.get("content") or "" for m in messages if m.get("role") == "user")
-    start = text.index(EVIDENCE_FENCE) + len(EVIDENCE_FENCE)
-    return json.loads(text[start : text.index("```", start)])
 
 
 def catalogue_from_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -99,7 +92,7 @@ def catalogue_from_messages(messages: list[dict[str, Any]]) -> list[dict[str, An
     at = text.find(CATALOGUE_NOTE)
     if at < 0:
         return []
-    start = text.index(EVIDENCE_FENCE, at) + len(EVIDENCE_FENCE)
+    start = text.index(FENCE, at) + len(FENCE)
     return json.loads(text[start : text.index("```", start)])
 
 

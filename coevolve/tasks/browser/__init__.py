@@ -5,10 +5,8 @@ Task kinds: change an order's status (with a history comment, sometimes notifyin
 find a customer's most recent order total (answered exactly as the admin shows it), create a post in
 a forum. The checker reads the application's state (orders, posts) or the recorded answer.
 
-The package: `world` (generation), `app` (the web application), `dom` (HTML parsing and the text
-accessibility tree), `backends` (the text browser and Chromium), `env` (the tools), `plan` (the
-reference solution as steps), `checker` (the grader), `handbook.md` (the domain documentation),
-`facts.yaml` (the domain facts and instruction constraints).
+Beside the modules every family has (`coevolve.tasks`): `app` (the web application), `dom` (HTML
+parsing and the text accessibility tree), `backends` (the text browser and Chromium).
 
 Two backends behind the same tools: an in-process text browser (default) and a real headless
 Chromium driven by Playwright against the app served on 127.0.0.1

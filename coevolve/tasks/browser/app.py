@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from coevolve.tasks.browser.world import STATUSES, BrowserWorld, Order, money
+from coevolve.tasks.browser.world import STATUSES, BrowserWorld, Order, Post, money
 
 NOW = "2026-04-01 12:00"
 USER = "ops_bot"
@@ -34,16 +34,6 @@ class OrderState:
     history: list[tuple[str, str, str, bool]] = field(default_factory=list)
 
 
-@dataclass
-class PostState:
-    id: int
-    forum: str
-    title: str
-    body: str
-    author: str
-    published: bool
-
-
 def _e(s: Any) -> str:
     return escape(str(s), quote=True)
 
@@ -52,9 +42,7 @@ class WebApp:
     def __init__(self, world: BrowserWorld):
         self.world = world
         self.orders: dict[int, OrderState] = {o.eid: OrderState(o.status, list(o.history)) for o in world.orders}
-        self.posts: list[PostState] = [
-            PostState(p.id, p.forum, p.title, p.body, p.author, p.published) for p in world.posts
-        ]
+        self.posts: list[Post] = list(world.posts)
         self.mutations: list[tuple[str, Any]] = []
         self._flash: tuple[str, str] | None = None  # (path it shows on, message)
         self._lock = threading.Lock()
@@ -134,7 +122,7 @@ class WebApp:
         if not title or not body or len(title) > 300 or len(body) > MAX_FIELD:
             return self._redirect(f"/f/{slug}/submit", "A post needs a title (up to 300 characters) and a body.")
         published = action == "publish" or not self.world.drafts
-        post = PostState(len(self.posts) + 1, slug, title, body, USER, published)
+        post = Post(len(self.posts) + 1, slug, title, body, USER, published)
         self.posts.append(post)
         self.mutations.append(("post", post.id))
         msg = "Your post is live." if published else "Draft saved. Only you can see it until it is published."

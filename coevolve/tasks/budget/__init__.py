@@ -4,10 +4,7 @@ Services: a request queue (department, requester level, category, vendor and its
 currency, quotes attached), a budget service with each department's posted balance, the purchasing
 policy (category caps, approval limits by level, quote rule, blocked vendors, exchange rates) and a
 decision register. The agent approves, rejects or escalates every request with a reason code. The
-checker reads the register and the departments' spend, never the agent's words. The package: `world`
-(generation), `env` (services and tools), `plan` (the reference solution as steps), `checker` (the
-grader), `handbook.md` (the domain documentation), `facts.yaml` (the domain facts and instruction
-constraints).
+checker reads the register and the departments' spend, never the agent's words.
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 
 Services: a readings table (machines x sensors x hourly timestamps) in sqlite, a parameters sheet with
 normal ranges (and per-machine overrides), a mock object store. The checker reads the uploaded object,
-never the agent's words. The package: `world` (generation), `env` (services and tools), `plan` (the
-reference solution as steps), `checker` (the grader), `handbook.md` (the domain documentation),
-`facts.yaml` (the domain facts and instruction constraints).
+never the agent's words.
 """
 
 from __future__ import annotations

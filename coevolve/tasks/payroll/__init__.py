@@ -10,9 +10,7 @@ Injected errors: missed overtime, wrong rate, duplicate payment, terminated empl
 deduction. Traps (difficulty-dependent) need implicit knowledge: California daily overtime,
 salaried exemption, the rate in effect for the period, and final pay through the termination date.
 
-The package: `world` (generation and the pay rules), `env` (services and tools), `plan` (the reference
-solution as steps), `checker` (the grader), `handbook.md` (the domain documentation), `facts.yaml` (the
-domain facts and instruction constraints).
+Beside the modules every family has (`coevolve.tasks`), `world` holds the pay rules.
 """
 
 from __future__ import annotations

@@ -3,9 +3,6 @@
 Services: a generated small Python package with tests (an in-memory repository of files) behind file
 tools (list, read, search, write, apply a unified diff), a test runner and finish. Every run of code the
 agent wrote happens in `coevolve.sandbox`. The checker reads the final repository, never the agent's words.
-The package: `world` (generation), `env` (services and tools), `plan` (the reference solution as steps),
-`checker` (the grader), `handbook.md` (the domain documentation), `facts.yaml` (the domain facts and
-instruction constraints).
 
 Kinds (one per instance) and their traps, each present with a difficulty-dependent probability:
 - rename `old` -> `new` across modules and tests. Traps: `__all__` lists the name as a string

@@ -4,9 +4,7 @@ Services: a web shop (products with on-hand and reserved quantities, threshold, 
 status), a spreadsheet with the "Stock Alert" sheet (earlier alerts) and a "Suppliers" sheet, a shared
 drive with the email template and the purchasing manager's address, and a mailbox. The agent appends
 one row per product to alert and sends exactly one templated email per product. The checker reads
-the final sheet and the sent mail, never the agent's words. The package: `world` (generation), `env`
-(services and tools), `plan` (the reference solution as steps), `checker` (the grader), `handbook.md`
-(the domain documentation), `facts.yaml` (the domain facts and instruction constraints).
+the final sheet and the sent mail, never the agent's words.
 """
 
 from __future__ import annotations

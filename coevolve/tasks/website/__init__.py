@@ -4,9 +4,7 @@ Services: a CMS with pages (hierarchical slugs, status, body with markdown links
 redirects, menus (main and footer), a media library, and the report of the last link crawl. Each
 instance is one change request: rename a page (with redirects), fix the broken links listed in the
 crawl report, or reorganise the main menu. The checker compares the final CMS state with the state
-the change request requires and reports per requirement. The package: `world` (generation), `env`
-(services and tools), `plan` (the reference solution as steps), `checker` (the grader),
-`handbook.md` (the domain documentation), `facts.yaml` (the domain facts and instruction constraints).
+the change request requires and reports per requirement.
 """
 
 from __future__ import annotations

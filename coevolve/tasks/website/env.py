@@ -28,28 +28,22 @@ _CHANGE = {
     "required": ["old", "new"],
     "additionalProperties": False,
 }
-_MENU_ITEM: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "label": {"type": "string", "minLength": 1},
-        "target": _PATH,
-        "children": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "label": {"type": "string", "minLength": 1},
-                    "target": _PATH,
-                    "children": {"type": "array", "maxItems": 0},
-                },
-                "required": ["label", "target"],
-                "additionalProperties": False,
-            },
+
+
+def _menu_item(children: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "label": {"type": "string", "minLength": 1},
+            "target": _PATH,
+            "children": children,
         },
-    },
-    "required": ["label", "target"],
-    "additionalProperties": False,
-}
+        "required": ["label", "target"],
+        "additionalProperties": False,
+    }
+
+
+_MENU_ITEM = _menu_item({"type": "array", "items": _menu_item({"type": "array", "maxItems": 0})})  # two levels
 
 
 class WebsiteEnv(TaskEnv):
