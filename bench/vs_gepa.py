@@ -531,9 +531,13 @@ def evolve_config(cfg: Config, search: str) -> Any:
     )
 
 
+TALLY_KEYS = ("attempt", "wins", "losses", "ties", "outcome", "e_value", "threshold")  # a guard tally, as a cell keeps it
+
+
 def run_search(cfg: Config, evaluator: Any, proposer: Any, root: Path, search: str = "race") -> Run:
     """The race (`search="race"`) or the old loop (`"loop"`) through `make_evolution`."""
     from coevolve.agents.meta import make_evolution
+    from coevolve.agents.meta.race import guard_tallies
     from coevolve.store.store import HarnessStore
 
     meter = RolloutMeter(evaluator, cfg.budget)
@@ -546,16 +550,9 @@ def run_search(cfg: Config, evaluator: Any, proposer: Any, root: Path, search: s
     stats = {"iterations": r.iterations, "released": len(r.accepted), "rejected": r.rejected, "invalid": r.invalid,
              **{k: event[k] for k in ("admitted", "pool", "guard_attempts") if k in event},
              "own_proposer_calls": event.get("proposer_calls"), "plateaus": r.plateaus, **wrapped.counts(),
-             "guard_tallies": guard_tallies(store, run_id)}
+             "guard_tallies": [{k: t[k] for k in TALLY_KEYS} for t in guard_tallies(store, run_id)]}
     return Run(search, meter.used, r.rollouts_used, dict(meter.by_split), meter.cut, r.stop_reason,
                store.get_harness(r.harness_id), stats)
-
-
-def guard_tallies(store: Any, run_id: str) -> list[dict[str, Any]]:
-    """Each guard attempt's last tally (wins, losses, ties, outcome), in attempt order."""
-    last = {e.payload["attempt"]: e.payload for e in store.events(run_id, "guard")}
-    return [{k: last[a][k] for k in ("attempt", "wins", "losses", "ties", "outcome", "e_value", "threshold")}
-            for a in sorted(last)]
 
 
 def run_gepa(cfg: Config, evaluator: Any, proposer: Any, val_n: int, meter: RolloutMeter | None = None,

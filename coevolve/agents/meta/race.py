@@ -561,15 +561,19 @@ def make_evolution(config: Any, evaluator: Any, proposer: Any, journal: Any, run
     return cls(config, evaluator, proposer, journal, run_id, on_progress=on_progress)
 
 
+def guard_tallies(journal: Any, run_id: str) -> list[dict[str, Any]]:
+    """A racing search's guard attempts, each one's last journalled tally, in attempt order."""
+    last = {e.payload["attempt"]: e.payload for e in journal.events(run_id, "guard")}
+    return [last[a] for a in sorted(last)]
+
+
 def guard_summary(journal: Any, run_id: str) -> str:
     """Why a racing search's run released what it did: its guard attempts, each one's last tally."""
-    last: dict[int, dict[str, Any]] = {}
-    for e in journal.events(run_id, "guard"):
-        last[e.payload["attempt"]] = e.payload
-    if not last:
+    tallies = guard_tallies(journal, run_id)
+    if not tallies:
         return "release guard: no candidate beat the start on the val pairs"
-    parts = [f"attempt {a}: {p['outcome'] or 'open'} at wins {p['wins']}, losses {p['losses']}, ties {p['ties']}, "
-             f"e-value {p['e_value']} of {p['threshold']}" for a, p in sorted(last.items())]
+    parts = [f"attempt {p['attempt']}: {p['outcome'] or 'open'} at wins {p['wins']}, losses {p['losses']}, ties {p['ties']}, "
+             f"e-value {p['e_value']} of {p['threshold']}" for p in tallies]
     return "release guard: " + "; ".join(parts)
 
 
