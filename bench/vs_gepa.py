@@ -482,6 +482,7 @@ class Config:
     alpha: float = 0.1
     race_chunk: int = 2
     screen: int = 0
+    admit: str = "race"
     arms: tuple[str, ...] = ARMS
     test_n: int | None = None  # None: every test instance
     test_repeats: int = 2
@@ -526,7 +527,7 @@ def evolve_config(cfg: Config, search: str) -> Any:
         family=cfg.family, model=cfg.model, proposer=cfg.proposer if cfg.kind == "main" else cfg.kind, seed=cfg.seed,
         train_batch=cfg.train_batch, val_n=cfg.val_n, val_seeds=cfg.val_seeds, candidates=cfg.candidates,
         evidence_failures=cfg.evidence_failures, alpha=cfg.alpha, search=search, race_chunk=cfg.race_chunk,
-        screen=cfg.screen if search == "race" else 0,
+        screen=cfg.screen if search == "race" else 0, admit=cfg.admit if search == "race" else "race",
         budget=Budget(iterations=10_000, rollouts=cfg.budget, seconds=10**9, usd=10**9, proposer_tokens=10**12),
     )
 
@@ -1020,6 +1021,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train-batch", type=int, default=10)
     ap.add_argument("--minibatch", type=int, default=3)
     ap.add_argument("--screen", type=int, default=0, help="the race's screen N (0: off): a child races only if it passes one of its parent's first N train failures")
+    ap.add_argument("--admit", default="race", choices=("race", "gate"), help="how the race admits a child: won on val pairs, or passed the screen")
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--test-repeats", type=int, default=2)
     ap.add_argument("--no-merge", action="store_true")
@@ -1062,7 +1064,7 @@ def main(argv: list[str] | None = None) -> None:
                 families(args.harmful_families) if args.harmful_families else None, proposer=args.proposer, val_n=args.val_n,
                 val_seeds=args.val_seeds, gepa_val_sizes=tuple(parse_ints(args.gepa_val_sizes, "--gepa-val-sizes")),
                 train_batch=args.train_batch, minibatch=args.minibatch, use_merge=not args.no_merge, alpha=args.alpha,
-                arms=arms, test_repeats=args.test_repeats, screen=args.screen)
+                arms=arms, test_repeats=args.test_repeats, screen=args.screen, admit=args.admit)
             if args.no_main:
                 configs = [c for c in configs if c.kind != "main"]
             check(configs)

@@ -186,6 +186,39 @@ def test_no_op_proposer_runs_release_a_non_baseline_harness_at_most_alpha_of_the
     assert sum(dropped) / len(dropped) < 8  # a child that does not help costs a few val pairs, not all 12
 
 
+def test_gated_no_op_children_enter_the_pool_but_runs_release_one_at_most_alpha_of_the_time():
+    """`admit` "gate": a child that passes one of its parent's failures joins the pool without a val race,
+    so no-op children pile up in the pool; the guard still bounds what a run releases."""
+    runs = [scripted_run(seed, good=False, screen=3, admit="gate") for seed in range(200)]
+    assert sum(r.harness_id != r.baseline_id for r, _ in runs) / len(runs) <= 0.1
+    decisions = [e.payload for _, j in runs for e in j.events("run", "decision")]
+    admitted = [d for d in decisions if d["outcome"] == "admitted"]
+    assert len(admitted) >= 200 and all(d["screen"]["passed"] >= 1 and d["evaluated"] == 0 for d in admitted)
+    assert not any(j.events("run", "race") for _, j in runs)  # no child raced, no merge either
+    assert sum(len({e.payload["attempt"] for e in j.events("run", "guard")}) for _, j in runs) >= 40
+
+
+def test_a_gated_search_releases_a_real_improvement():
+    runs = [scripted_run(seed, good=True, rollouts=200, screen=3, admit="gate") for seed in range(20)]
+    released = [j.get_harness(r.harness_id) for r, j in runs if r.harness_id != r.baseline_id]
+    assert len(released) >= 16 and all("GOOD" in h.render_system() for h in released)
+
+
+def test_the_gated_pools_parents_are_its_undominated_members_and_ties_keep_the_latest():
+    cfg = EvolveConfig(family="iot", model="synthetic/weak", seed=3, train_batch=4, val_n=6, val_seeds=2, screen=3,
+                       admit="gate", budget=Budget(iterations=1000, rollouts=100))
+    race = RaceEvolution(cfg, ScriptedModel(), ScriptedProposer(), MemoryJournal(), "run")
+    pool = {m: {"step": i} for i, m in enumerate("abc")}
+    race._state = _RaceState(pool=pool, outcomes={"a": {0: True, 1: False}, "b": {0: True, 1: False}, "c": {0: False, 1: True}})
+    assert race._undominated([{"a", "b"}, {"c"}]) == [{"b"}, {"c"}]  # a and b tie everywhere: the later stays
+    assert race._undominated([{"a", "b"}, {"a", "c"}]) == [{"b"}, {"c"}]  # the lowest, earliest goes first
+    race._state.outcomes["a"] = {0: True, 1: True}
+    assert race._undominated([{"a", "b"}, {"a", "c"}]) == [{"a"}, {"a"}]  # a, the best, covers both fronts
+    race._state.outcomes["a"] = {0: True, 1: False}
+    race._state.outcomes["c"] = {0: True, 1: True}
+    assert race._best() == "c" and race._front_weights() == {"a": 0.0, "b": 0.0, "c": 2.0}
+
+
 def test_a_real_improvement_is_released_with_the_guards_evidence_in_the_journal():
     runs = [scripted_run(seed, good=True, rollouts=200) for seed in range(20)]
     released = [(r, j) for r, j in runs if r.harness_id != r.baseline_id]
@@ -360,6 +393,7 @@ def test_search_val_n_leaves_the_guard_a_third_of_the_split():
     (["--val-n", "50"], "leaves no instance of the val split"),
     (["--alpha", "1.5"], "alpha must be in (0, 1)"),
     (["--alpha", "0"], "alpha must be in (0, 1)"),
+    (["--admit", "gate"], "admit 'gate' needs a screen of at least 1"),
 ])
 def test_bad_search_input_is_one_error_line_exit_2_and_nothing_written(tmp_path, args, message):
     from coevolve.cli.app import app

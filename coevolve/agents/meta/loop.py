@@ -101,6 +101,7 @@ class Spend:
 
 ON_PLATEAU = ("stop", "continue")
 SEARCHES = ("race", "loop")
+ADMISSIONS = ("race", "gate")
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class EvolveConfig:
     screen: int = 0  # > 0: a candidate reaches val only if it passes one of the first N train failures (0: off)
     search: str = "race"  # "race": the racing search with guarded release (agents.meta.race); "loop": this loop
     race_chunk: int = 2  # val pairs a child is raced on between two decisions (race), and guard pairs per batch
+    admit: str = "race"  # how a child enters the race's pool: "race" (won on val pairs) or "gate" (passed the screen)
     budget: Budget = Budget()
     # family parameters of the train and val instances (e.g. {"size": 0, "difficulty": 1}); {} = the
     # family's defaults, and then left out of `to_json`, so a config journalled before it existed reads
@@ -141,6 +143,10 @@ class EvolveConfig:
             raise BadInput(f"screen must be >= 0 (0: off), got {self.screen}")
         if self.search not in SEARCHES:
             raise BadInput(f"search must be one of {', '.join(SEARCHES)}, got {self.search!r}")
+        if self.admit not in ADMISSIONS:
+            raise BadInput(f"admit must be one of {', '.join(ADMISSIONS)}, got {self.admit!r}")
+        if self.admit == "gate" and self.screen < 1:
+            raise BadInput("admit 'gate' needs a screen of at least 1 (the gate is the screen)")
         if self.on_plateau not in ON_PLATEAU:
             raise BadInput(f"on_plateau must be one of {', '.join(ON_PLATEAU)}, got {self.on_plateau!r}")
         make_rule(self.rule, self.alpha)
@@ -154,6 +160,8 @@ class EvolveConfig:
             del out["on_plateau"]
         if self.screen == 0:
             del out["screen"]
+        if self.admit == "race":
+            del out["admit"]
         if self.search == "loop":
             del out["search"], out["race_chunk"]
         return out

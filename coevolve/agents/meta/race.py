@@ -36,6 +36,16 @@ failed evidence rollouts (same train instance, same seed), all children in one b
 none of them is dropped as `screened out` without a val pair (GEPA's minibatch gate). Like dropping, it
 can only keep a candidate out.
 
+**Gate** (`admit="gate"`, with a screen of N >= 1; the default `admit="race"` races). A child that passes
+the screen joins the pool without a val race: GEPA's minibatch gate, where the child is compared with its
+parent on the train failures the proposer read. It then evaluates every val pair like any member. Parents
+are drawn as GEPA draws them, from the per-pair fronts of the val pairs (the members with the highest
+pass rate on a pair) after dominated members are removed (in the order of val mean, then admission, a
+member every one of whose fronts holds another member still in), by how many fronts each survivor is on;
+the pool's best val mean breaks ties by the latest admitted, so that a tie on the noisy val pairs keeps a
+fix the gate saw, and edits compound. No merges. Admission on a gate is weak evidence; what a run
+releases is still the guard's decision on fresh pairs, so the run-level bound is unchanged.
+
 **Merge.** When a child is admitted next to an admitted sibling (same parent) whose edit touches
 other parts of the harness (sections, recipes, tools, hooks, context, decoding, turn limit: no part in
 common), the two edits applied together are raced like any child, against the better of the two.
@@ -145,6 +155,7 @@ class _Race:
     order: list[int] = field(default_factory=list)  # the val pairs in the order this race visits them
     verdict: str | None = None  # "admitted" | "dropped" | "screened out"
     why: str = ""
+    screen: dict[str, int] | None = None  # its screen tally: scored jobs, passed
 
 
 @dataclass
@@ -278,8 +289,13 @@ class RaceEvolution(HarnessEvolution):
             return
         if self.cfg.screen:
             races = self._screen_races(races, failures, step)
-        self._race(races, step)
-        merges = self._merges([r for r in races if r.verdict == "admitted"], step)
+        if self.cfg.admit == "gate":
+            for r in races:
+                r.verdict, r.why = "admitted", "passes the gate"
+                self._decide(r, {}, step)
+        else:
+            self._race(races, step)
+        merges = self._merges([r for r in races if r.verdict == "admitted"], step) if self.cfg.admit == "race" else []
         if merges:
             self._race(merges, step)
 
@@ -296,7 +312,7 @@ class RaceEvolution(HarnessEvolution):
         st = self._state
         rng = random.Random(f"parent|{self.cfg.seed}|{step}")
         members = sorted(st.pool)
-        if len(members) == 1 or rng.random() < INCUMBENT_SHARE:
+        if len(members) == 1 or (self.cfg.admit == "race" and rng.random() < INCUMBENT_SHARE):
             return self._best()
         weights = self._front_weights()
         return rng.choices(members, weights=[weights[m] for m in members])[0]
@@ -310,17 +326,39 @@ class RaceEvolution(HarnessEvolution):
             for j, passed in st.outcomes.get(m, {}).items():
                 if passed is None:
                     continue
-                tally = by_instance.setdefault(self.val[j][0].id, {}).setdefault(m, [0, 0])
+                key = str(j) if self.cfg.admit == "gate" else self.val[j][0].id
+                tally = by_instance.setdefault(key, {}).setdefault(m, [0, 0])
                 tally[0] += passed
                 tally[1] += 1
-        weights = dict.fromkeys(st.pool, 0.0)
+        fronts = []
         for tallies in by_instance.values():
             means = {m: (a + 1) / (n + 2) for m, (a, n) in tallies.items()}
             top = max(means.values())
-            best = [m for m, v in means.items() if v >= top - 1e-12]
-            for m in best:
-                weights[m] += 1 / len(best)
+            fronts.append({m for m, v in means.items() if v >= top - 1e-12})
+        weights = dict.fromkeys(st.pool, 0.0)
+        if self.cfg.admit == "gate":
+            for front in self._undominated(fronts):
+                for m in front:
+                    weights[m] += 1
+            return weights
+        for front in fronts:
+            for m in front:
+                weights[m] += 1 / len(front)
         return weights
+
+    def _undominated(self, fronts: list[set[str]]) -> list[set[str]]:
+        """The fronts without their dominated members: in the order of val mean, then admission, the
+        first member each of whose fronts holds another member still in is removed, until none is (as
+        GEPA selects: of members tied everywhere, the latest admitted stays)."""
+        rank = {m: i for i, m in enumerate(self._state.pool)}
+        fronts = [set(f) for f in fronts]
+        while True:
+            members = sorted(set().union(*fronts), key=lambda m: (self._mean(m), rank[m]))
+            out = next((m for m in members if all(len(f) > 1 for f in fronts if m in f)), None)
+            if out is None:
+                return fronts
+            for f in fronts:
+                f.discard(out)
 
     def _evidence(self, member: str, harness: Harness, step: int) -> list[Trajectory]:
         """The member's failed train rollouts: collected once (a batch at a seed of its own), refreshed
@@ -345,11 +383,13 @@ class RaceEvolution(HarnessEvolution):
         tallies = self._screen([r.child for r in races], failures[: self.cfg.screen], f"s{step}-screen")
         survivors = []
         for r, (jobs, passed) in zip(races, tallies):
-            if passed or not jobs:  # only infrastructure failures: nothing is the child's, it races
+            r.screen = {"jobs": jobs, "passed": passed}
+            if passed or (not jobs and self.cfg.admit == "race"):  # only infrastructure failures: it races
                 survivors.append(r)
             else:
-                r.verdict, r.why = "screened out", f"passes none of its parent's {jobs} train failures"
-                self._decide(r, {}, step, screen={"jobs": jobs, "passed": 0})
+                r.verdict = "screened out"
+                r.why = f"passes none of its parent's {jobs} train failures" if jobs else "no screen rollout scored (infrastructure)"
+                self._decide(r, {}, step)
         return survivors
 
     # ------------------------------------------------------------------ val pairs
@@ -358,8 +398,12 @@ class RaceEvolution(HarnessEvolution):
         return sum(scored) / len(scored) if scored else 0.0
 
     def _best(self) -> str:
-        """The pool's best val mean; ties go to the earliest admitted (the start first)."""
+        """The pool's best val mean; ties go to the earliest admitted (the start first), or with the gate
+        to the latest admitted (a gated child fixed a failure of its parent: a tie on val keeps the fix)."""
         st = self._state
+        if self.cfg.admit == "gate":
+            rank = {m: i for i, m in enumerate(st.pool)}
+            return max(st.pool, key=lambda m: (self._mean(m), rank[m]))
         return max(st.pool, key=lambda m: (self._mean(m), -st.pool[m]["step"], m == st.released[-1]))
 
     def _fill(self, harness: Harness) -> None:
@@ -432,14 +476,14 @@ class RaceEvolution(HarnessEvolution):
         for r in races:
             self._decide(r, seen[r.child.id], step)
 
-    def _decide(self, r: _Race, seen: dict[int, bool | None], step: int,
-                screen: dict[str, int] | None = None) -> None:
-        """Journal a child's verdict (with its screen tally when the screen dropped it); admit it to the pool."""
+    def _decide(self, r: _Race, seen: dict[int, bool | None], step: int) -> None:
+        """Journal a child's verdict (with its screen tally when the screen decided it); admit it to the pool."""
         st = self._state
         entry = {**edit_to_json(r.edit), "iteration": step, "base": r.parent[:12], "outcome": r.verdict,
                  "why": r.why, "kind": r.kind, "wins": r.wins, "losses": r.losses, "evaluated": r.wins + r.losses + r.ties}
         st.history.append(entry)
-        tally = {"screen": screen} if screen else {"p_better": round(better_posterior(r.wins, r.losses), 4)}
+        decided_by_screen = r.verdict == "screened out" or (r.screen and self.cfg.admit == "gate")
+        tally = {"screen": r.screen} if decided_by_screen else {"p_better": round(better_posterior(r.wins, r.losses), 4)}
         self.journal.append_event(self.run_id, "decision", {**entry, "candidate": r.child.id, "parent": r.parent,
                                                            **tally})
         if r.verdict != "admitted":
