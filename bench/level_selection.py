@@ -31,6 +31,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +120,28 @@ def cells_by_key(path: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     return {(c["model"], c["level"], c["family"], c["harness"]): c for c in read_cells(path)}
 
 
+@contextmanager
+def shared_pool(workers: int, in_flight: int) -> Iterator[Callable[[], Any]]:
+    """A getter of one rollout pool for the block's looks, started at the first look that runs rollouts
+    (a look read back from the store needs none) and shut down when the block ends."""
+    from coevolve.jobs.runtime import rollout_pool
+
+    with ExitStack() as stack:
+        pools: list[Any] = []
+
+        def get() -> Any:
+            if not pools:
+                pools.append(stack.enter_context(rollout_pool(None, workers, in_flight)))
+            return pools[0]
+
+        yield get
+
+
 def run_look(store: Path, model: str, family: str, harness_id: str, params: tuple, start: int, n: int,
-             workers: int, in_flight: int) -> dict[str, Any]:
-    """One look: val instances start .. start + n - 1 x SEEDS seeds, as an eval run. A look an earlier
-    invocation finished (a done eval of the same request with few enough infra failures) is read back."""
+             workers: int, in_flight: int, pool: Callable[[], Any]) -> dict[str, Any]:
+    """One look: val instances start .. start + n - 1 x SEEDS seeds, as an eval run on `pool()`. A look an
+    earlier invocation finished (a done eval of the same request with few enough infra failures) is read
+    back."""
     from coevolve.jobs import EvalRequest, run_eval, validate_eval
     from coevolve.store.store import HarnessStore
 
@@ -134,13 +154,18 @@ def run_look(store: Path, model: str, family: str, harness_id: str, params: tupl
             cfg = {k: v for k, v in run.config.items() if k != "workers"}
             if cfg == want and run.result.get("infra", 0) <= MAX_INFRA * run.result["n"]:
                 return run.result
-    [res] = run_eval(validate_eval(req, store), progress=sys.stderr.isatty())
+    [res] = run_eval(validate_eval(req, store), progress=sys.stderr.isatty(), on=pool())
     return res.as_json()
 
 
-def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int, in_flight: int) -> dict[str, Any]:
+def run_cell(store: Path, model: str, level: str, family: str, kind: str, workers: int, n: int, in_flight: int,
+             pool: Callable[[], Any] | None = None) -> dict[str, Any]:
     """One sequential cell (design §10.3): `model` under the rule's `kind` harness at `level`'s params,
-    look by look until a look decides or `n` instances are measured."""
+    look by look until a look decides or `n` instances are measured, on `pool()` (default: one pool for
+    the cell's looks)."""
+    if pool is None:
+        with shared_pool(workers, in_flight) as own:
+            return run_cell(store, model, level, family, kind, workers, n, in_flight, own)
     from coevolve.analysis.rollouts import wilson_interval
     from coevolve.store.store import HarnessStore
     from coevolve.tasks.helpers import LEVELS, selection_harnesses
@@ -156,7 +181,7 @@ def run_cell(store: Path, model: str, level: str, family: str, kind: str, worker
     causes: dict[str, int] = {}
     stopped = "point"
     for first in range(0, n, LOOK):
-        out = run_look(store, model, family, harness.id, params, first, min(LOOK, n - first), workers, in_flight)
+        out = run_look(store, model, family, harness.id, params, first, min(LOOK, n - first), workers, in_flight, pool)
         tally["rollouts"] += out["n"]
         tally["passed"] += out["passed"]
         tally["infra"] += out.get("infra", 0)
@@ -290,17 +315,18 @@ def main(argv: list[str] | None = None) -> int:
 
         todo = [c for c in order if not measured(cells.get((a.model, c[0], c[2], c[1])))]
         progress(f"{len(order) - len(todo)} of {len(order)} cells already measured in {a.out}")
-        for i, (lv, kind, f) in enumerate(todo, 1):
-            progress(f"[{i}/{len(todo)}] {a.model} {lv} {LEVELS[lv]} {f} {kind} ...")
-            n = cell_instances(cells, a.model, lv, f, kind, a.n)
-            cell = run_cell(a.store, a.model, lv, f, kind, a.workers, n, a.in_flight)
-            if n < a.n and cell["stopped"] == "point":
-                cell["stopped"] = ONE_LOOK
-            progress(f"[{i}/{len(todo)}] {f} {lv} {kind}: {100 * cell['pass_at_1']:.0f}% of {cell['rollouts']}"
-                     f" ({cell['stopped']}) in {cell['seconds']:.0f}s")
-            with a.out.open("a") as fh:
-                write_cell(fh, cell)
-            cells[a.model, lv, f, kind] = cell
+        with shared_pool(a.workers, a.in_flight) as pool:  # one pool for every cell's looks
+            for i, (lv, kind, f) in enumerate(todo, 1):
+                progress(f"[{i}/{len(todo)}] {a.model} {lv} {LEVELS[lv]} {f} {kind} ...")
+                n = cell_instances(cells, a.model, lv, f, kind, a.n)
+                cell = run_cell(a.store, a.model, lv, f, kind, a.workers, n, a.in_flight, pool)
+                if n < a.n and cell["stopped"] == "point":
+                    cell["stopped"] = ONE_LOOK
+                progress(f"[{i}/{len(todo)}] {f} {lv} {kind}: {100 * cell['pass_at_1']:.0f}% of {cell['rollouts']}"
+                         f" ({cell['stopped']}) in {cell['seconds']:.0f}s")
+                with a.out.open("a") as fh:
+                    write_cell(fh, cell)
+                cells[a.model, lv, f, kind] = cell
     # a cell decides when a look stopped it or it ran the rule's 50 x 2 (a pilot cut short decides nothing)
     decided = {(lv, f): (c["pass_at_1"], v) for (m, lv, f, kind), c in cells.items()
                if m == a.model and kind == "oracle" and (v := verdict(c)) is not None}

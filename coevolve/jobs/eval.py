@@ -150,14 +150,16 @@ def validate_eval(req: EvalRequest, store_path: Path) -> EvalPlan:
     return EvalPlan(req, store_path, families, harnesses, baseline, instances)
 
 
-def run_eval(plan: EvalPlan, progress: bool = True) -> list[EvalResult]:
+def run_eval(plan: EvalPlan, progress: bool = True, on: Any = None) -> list[EvalResult]:
+    """Run the plan's evals on `on` (a `RolloutPool` the caller owns and shuts down), or on a pool of the
+    request's workers started for the call."""
     from coevolve.store.store import HarnessStore
 
     req = plan.request
     store = HarnessStore(plan.store_path, create=True)
     results: list[EvalResult] = []
     try:
-        with rollout_pool(req.address, req.workers, req.max_in_flight) as pool:
+        with contextlib.nullcontext(on) if on is not None else rollout_pool(req.address, req.workers, req.max_in_flight) as pool:
             for fam in plan.families:
                 h = plan.harnesses[fam]
                 store.put_harness(h, rationale="family baseline" if plan.baseline[fam] else "")
