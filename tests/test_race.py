@@ -353,9 +353,9 @@ def test_the_race_spends_its_budget_journals_every_decision_and_never_pays_a_rol
         assert {j: stored[k].passed for j, k in keys.items()} == outcomes
 
 
-@pytest.mark.parametrize("crash_at", [5])
-def test_a_run_killed_mid_race_resumes_to_the_same_released_harness(tmp_path, crash_at):
-    cfg = race_config()
+@pytest.mark.parametrize("crash_at, admit", [(5, "race"), (6, "gate")])
+def test_a_run_killed_mid_race_resumes_to_the_same_released_harness(tmp_path, crash_at, admit):
+    cfg = race_config(admit=admit, screen=3 if admit == "gate" else 0)
     expected = make_race(tmp_path / "ref", cfg)[0].run()
     race, _ = make_race(tmp_path / "crash", cfg, Recording(crash_at))
     with pytest.raises(Crash):
