@@ -84,7 +84,7 @@ def test_params_enter_the_run_config_only_when_set():
 
     ec = EvolveConfig(family="iot", model="synthetic/weak", budget=Budget(iterations=1))
     assert "params" not in ec.to_json()
-    at_defaults = ("params", "on_plateau", "screen")  # fields left out at their defaults: journalled as before them
+    at_defaults = ("params", "on_plateau", "screen", "admit")  # fields left out at their defaults: journalled as before them
     assert json.dumps(ec.to_json(), sort_keys=True) == json.dumps(
         {k: v for k, v in dataclasses.asdict(ec).items() if k not in at_defaults}, sort_keys=True)
     at0 = dataclasses.replace(ec, params={"size": 0})
