@@ -2,7 +2,7 @@
 
 The environment only overrides: each variable has a default here that holds when it is unset (or set to
 the empty string), and nothing else in the project reads `os.environ` for a `COEVOLVE_*` name; it
-calls `environment()` and reads the field. Values stay text here; the module that uses one parses it
+calls `environment()` and reads the field, or `setting(field)` for one (what a model call reads). Values stay text here; the module that uses one parses it
 and owns the error message that names the variable when it is malformed (a bad `COEVOLVE_RETRY` must
 not stop a command that never retries). Variables the project *sets* for the processes it starts (the
 store path for Ray actors, the log settings) are set through `export()`, by their field names.
@@ -91,6 +91,11 @@ def environment() -> Environment:
         if raw:
             values[name] = raw
     return Environment(**values)
+
+
+def setting(field: str) -> str:
+    """One setting as the environment has it now: `environment().<field>` without reading the others."""
+    return os.environ.get(variable(field), "") or Environment.model_fields[field].default
 
 
 def export(**fields: str) -> None:

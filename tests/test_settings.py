@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coevolve.settings import Environment, environment, export, variable
+from coevolve.settings import Environment, environment, export, setting, variable
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"COEVOLVE_[A-Z0-9_]*[A-Z0-9]")
@@ -70,13 +70,15 @@ def test_the_architecture_page_lists_every_variable_with_its_description():
 
 def test_the_environment_overrides_the_defaults_and_empty_means_unset(monkeypatch):
     monkeypatch.delenv("COEVOLVE_STORE", raising=False)
-    assert environment().store == ".coevolve"
+    assert environment().store == setting("store") == ".coevolve"
     monkeypatch.setenv("COEVOLVE_STORE", "/tmp/elsewhere")
-    assert environment().store == "/tmp/elsewhere"
+    assert environment().store == setting("store") == "/tmp/elsewhere"
     monkeypatch.setenv("COEVOLVE_STORE", "")
-    assert environment().store == ".coevolve"
+    assert environment().store == setting("store") == ".coevolve"
     monkeypatch.setenv("COEVOLVE_LOG_LEVEL", "info")
     export(log_level="error")
     assert environment().log_level == "error"
     with pytest.raises(KeyError, match="not a setting"):
         variable("stores")
+    with pytest.raises(KeyError, match="not a setting"):
+        setting("stores")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.errors import BadInput
-from coevolve.settings import environment
+from coevolve.settings import environment, setting
 
 KINDS = ("latency", "timeout", "429", "5xx", "malformed", "truncated", "reset")
 ATTEMPT_HEADER = "X-Coevolve-Attempt"
@@ -118,7 +118,7 @@ _cached: tuple[str, FaultSpec | None] | None = None
 def spec_from_env() -> FaultSpec | None:
     """The spec in $COEVOLVE_FAULTS (None when unset or empty); parsed once per value."""
     global _cached
-    text = environment().faults.strip()
+    text = setting("faults").strip()
     if _cached is None or _cached[0] != text:
         _cached = (text, FaultSpec.parse(text) if text else None)
     return _cached[1]

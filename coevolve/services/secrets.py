@@ -13,7 +13,7 @@ from pathlib import Path
 
 import structlog
 
-from coevolve.settings import SECRET_BEARING, environment, export, variable
+from coevolve.settings import SECRET_BEARING, environment, export, setting, variable
 
 log = structlog.get_logger(role="gateway")
 
@@ -26,7 +26,7 @@ _loaded_secrets: set[str] = set()
 
 
 def secrets_file() -> Path:
-    return Path(environment().secrets_file or Path.home() / ".config" / "coevolve" / "secrets.env").expanduser()
+    return Path(setting("secrets_file") or Path.home() / ".config" / "coevolve" / "secrets.env").expanduser()
 
 
 def load_secrets(path: str | Path | None = None) -> list[str]:
@@ -108,7 +108,7 @@ def ensure_secrets() -> None:
     """Load the secrets file if it is new or changed since the last look (one stat per call), and, in a
     Ray actor, the worker settings its job put in the cluster (once: they never change under one key)."""
     global _secrets_seen, _worker_secrets_seen
-    worker = environment().worker_secrets
+    worker = setting("worker_secrets")
     if worker and worker != _worker_secrets_seen:
         _worker_secrets_seen = worker
         load_worker_secrets(worker)

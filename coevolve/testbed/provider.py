@@ -37,7 +37,7 @@ from coevolve.agents.context import approx_tokens
 from coevolve.errors import BadInput
 from coevolve.llm import constrained as cs
 from coevolve.llm import faults as fx
-from coevolve.settings import environment
+from coevolve.settings import setting
 from coevolve.testbed.policy import SyntheticReply
 from coevolve.testbed.respond import respond
 from coevolve.values import check_adapter_id
@@ -48,7 +48,7 @@ _attempts = fx.AttemptCounter()
 def load_synthetic_adapter(adapter_id: str) -> dict[str, Any]:
     """A synthetic adapter is a JSON file written by the synthetic training backend."""
     check_adapter_id(adapter_id)
-    root = Path(environment().store) / "adapters"
+    root = Path(setting("store")) / "adapters"
     path = root / adapter_id / "synthetic_adapter.json"
     try:
         return json.loads(path.read_text())
@@ -113,7 +113,7 @@ class SyntheticLLM(CustomLLM):
         )
         # Stamping the cost spares litellm its own response-cost calculation (the bulk of its CPU per call).
         resp._hidden_params["response_cost"] = reply.cost_usd
-        latency = float(environment().synthetic_latency_ms or 0) / 1000
+        latency = float(setting("synthetic_latency_ms") or 0) / 1000
         return resp, latency
 
     def completion(self, model: str, messages: list, *args: Any, optional_params: dict | None = None, **kw: Any):
