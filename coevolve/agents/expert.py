@@ -24,15 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.agents.executor import assistant_positions
-from coevolve.agents.fit import (
-    CUT_NOTE,
-    TOOL_SHARE,
-    Budget,
-    expert_stages,
-    fit,
-    fit_tool_result,
-)
-from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
+from coevolve.agents.fit import CUT_NOTE, TOOL_SHARE, Budget, expert_stages, fit
+from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, answer_handbook_calls
 from coevolve.agents.judge import RoleUsage
 from coevolve.agents.transcript import answer_json, payload_message, tool_schemas, turn_records
 from coevolve.llm.contract import ContextWindowExceeded, ModelUnavailable, RoleClient
@@ -153,18 +146,12 @@ class ExpertRewriter:
             tools = HANDBOOK_TOOLS if self.handbook is not None and round_ < self.max_tool_rounds and not full else []
             comp = self.client.complete(self.model, messages, tools, seed)
             usage.add(comp)
-            calls = comp.message.get("tool_calls") or []
-            if not calls or not tools:
+            if not comp.message.get("tool_calls") or not tools:
                 return comp.message.get("content") or ""
-            messages.append({"role": "assistant", "content": comp.message.get("content") or "", "tool_calls": calls})
-            for c in calls:
-                fn = c.get("function") or {}
-                result = run_handbook_tool(self.handbook, fn.get("name", ""), fn.get("arguments") or "{}")
-                content, cut = fit_tool_result(budget, messages, tools, result)
-                if cut:
-                    usage.record_cuts("expert", [cut])
-                    full = full or content.startswith("[cut:")
-                messages.append({"role": "tool", "tool_call_id": c.get("id", ""), "content": content})
+            cuts, filled = answer_handbook_calls(self.handbook, comp.message, messages, budget, tools)
+            for cut in cuts:
+                usage.record_cuts("expert", [cut])
+            full = full or filled
         return ""
 
 

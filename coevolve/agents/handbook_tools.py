@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from coevolve.agents.fit import Budget, fit_tool_result
 from coevolve.tasks.handbook import Handbook
 
 HANDBOOK_TOOLS: list[dict[str, Any]] = [
@@ -59,6 +60,24 @@ def run_handbook_tool(handbook: Handbook, name: str, raw_args: str | dict[str, A
         return f"error: unknown tool {name!r} (tools: search_handbook, read_handbook)"
     except (ValueError, TypeError, OverflowError, RecursionError) as e:  # e.g. "k": 1e400 is infinity
         return f"error: {e}"
+
+
+def answer_handbook_calls(handbook: Handbook, message: dict[str, Any], messages: list[dict[str, Any]],
+                          budget: Budget, tools: list[dict[str, Any]]) -> tuple[list[str], bool]:
+    """Append a reply carrying tool calls and the calls' results to `messages`, each result clipped to
+    the room the window leaves: (the cuts made, whether a result found no room, so the model must answer)."""
+    calls = message["tool_calls"]
+    messages.append({"role": "assistant", "content": message.get("content") or "", "tool_calls": calls})
+    cuts, full = [], False
+    for c in calls:
+        fn = c.get("function") or {}
+        result = run_handbook_tool(handbook, fn.get("name", ""), fn.get("arguments") or "{}")
+        content, cut = fit_tool_result(budget, messages, tools, result)
+        if cut:
+            cuts.append(cut)
+            full = full or content.startswith("[cut:")
+        messages.append({"role": "tool", "tool_call_id": c.get("id", ""), "content": content})
+    return cuts, full
 
 
 # ------------------------------------------------------------------ a tool-using role's handbook rounds

@@ -22,15 +22,8 @@ from typing import Any
 
 import structlog
 
-from coevolve.agents.fit import (
-    CUT_NOTE,
-    TOOL_SHARE,
-    Budget,
-    evidence_stages,
-    fit,
-    fit_tool_result,
-)
-from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, run_handbook_tool
+from coevolve.agents.fit import CUT_NOTE, TOOL_SHARE, Budget, evidence_stages, fit
+from coevolve.agents.handbook_tools import HANDBOOK_TOOLS, answer_handbook_calls
 from coevolve.agents.transcript import FENCE
 from coevolve.edits import EditError, apply_edit, edit_from_json
 from coevolve.llm.contract import Completion, ContextWindowExceeded, ModelUnavailable, RoleClient
@@ -195,18 +188,11 @@ class LLMProposer:
                 used.completion_tokens + comp.completion_tokens,
                 used.cost_usd + comp.cost_usd,
             )
-            calls = comp.message.get("tool_calls") or []
-            if not calls or not tools:
+            if not comp.message.get("tool_calls") or not tools:
                 break
-            messages.append({"role": "assistant", "content": comp.message.get("content") or "", "tool_calls": calls})
-            for c in calls:
-                fn = c.get("function") or {}
-                result = run_handbook_tool(self.handbook, fn.get("name", ""), fn.get("arguments") or "{}")
-                content, cut = fit_tool_result(budget, messages, tools, result)
-                if cut:
-                    cuts.append(cut)
-                    full = full or content.startswith("[cut:")
-                messages.append({"role": "tool", "tool_call_id": c.get("id", ""), "content": content})
+            round_cuts, filled = answer_handbook_calls(self.handbook, comp.message, messages, budget, tools)
+            cuts += round_cuts
+            full = full or filled
             round_ += 1
         proposals = parse_response(used.message.get("content") or "", harness)[:k]
         return [dataclasses.replace(p, cuts=tuple(cuts)) for p in proposals] if cuts else proposals, used
