@@ -80,7 +80,7 @@ FINISH = ToolSpec(
     impl="finish",
 )
 
-_logged_user = False
+_logged: set[str] = set()
 
 
 class Tau2Env(TaskEnv):
@@ -137,7 +137,8 @@ class Tau2Env(TaskEnv):
                 self.blocking_tools = frozenset({"message_user"})
         else:
             self.user = _scripted_user(sc, seed)
-        _log_user_once(self.user, model)
+        log_once("tau2 customer", user=self.user.kind, model=model,
+                 note=None if model else "offline scripted user: set COEVOLVE_TAU2_USER_MODEL for tau2's LLM user")
         M = self.t.message
         self.messages = [M.AssistantMessage(role="assistant", content=GREETING)]
         try:
@@ -378,11 +379,8 @@ def _opening(user: Any, sc: Any = None) -> str:
     return user.opening()
 
 
-def _log_user_once(user: Any, model: str | None) -> None:
-    global _logged_user
-    if not _logged_user:
-        _logged_user = True
-        structlog.get_logger(role="tau2").info(
-            "tau2 customer", user=user.kind, model=model,
-            note=None if model else "offline scripted user: set COEVOLVE_TAU2_USER_MODEL for tau2's LLM user",
-        )
+def log_once(event: str, **fields: Any) -> None:
+    """Log `event` the first time this process meets it (which customer the conversations have)."""
+    if event not in _logged:
+        _logged.add(event)
+        structlog.get_logger(role="tau2").info(event, **fields)

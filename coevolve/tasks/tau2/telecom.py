@@ -33,8 +33,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from coevolve.tasks.base import Knowledge, PlanStep, TaskEnv
 from coevolve.tasks.tau2 import Tau2Family
 from coevolve.tasks.tau2.data import (
@@ -44,7 +42,7 @@ from coevolve.tasks.tau2.data import (
     tau2,
     user_model,
 )
-from coevolve.tasks.tau2.env import TRANSFER_TOOL, Tau2Env
+from coevolve.tasks.tau2.env import TRANSFER_TOOL, Tau2Env, log_once
 from coevolve.tasks.tau2.plan import FIRST_MESSAGE, TRANSFER_MESSAGE
 from coevolve.tasks.tau2.users import (
     GREETING,
@@ -61,8 +59,6 @@ __all__ = ["ReferenceUser", "Tau2TelecomEnv", "Tau2TelecomFamily", "ask", "gold_
 
 ASK = "Please do this on your phone, in this order: {actions}."
 MAX_REFERENCE_REPLIES = 60
-
-_logged = False
 
 
 # ------------------------------------------------------------------------------------------ gold actions
@@ -222,7 +218,9 @@ class Tau2TelecomEnv(Tau2Env):
                 self.blocking_tools = frozenset({"message_user"})
         else:
             self.user = ScriptedUser(scenario(raw_tasks(self.domain)[self.task_id]), seed)
-        _log_once(self.user, model)
+        log_once("tau2 telecom customer", user=self.user.kind, model=model,
+                 note=None if model or self.user.kind != "scripted" else
+                 "offline scripted user without device tools: set COEVOLVE_TAU2_USER_MODEL for tau2's LLM user")
         M = self.t.message
         greeting = M.AssistantMessage(role="assistant", content=GREETING)
         self.messages = [greeting]
@@ -264,17 +262,6 @@ class Tau2TelecomEnv(Tau2Env):
         return msg
 
 
-def _log_once(user: Any, model: str | None) -> None:
-    global _logged
-    if not _logged:
-        _logged = True
-        structlog.get_logger(role="tau2").info(
-            "tau2 telecom customer", user=user.kind, model=model,
-            note=None if model or user.kind != "scripted" else
-            "offline scripted user without device tools: set COEVOLVE_TAU2_USER_MODEL for tau2's LLM user",
-        )
-
-
 # ------------------------------------------------------------------------------------------ the family
 class Tau2TelecomFamily(Tau2Family):
     name = "tau2-telecom"
@@ -295,9 +282,5 @@ class Tau2TelecomFamily(Tau2Family):
     def answer_key(self, instance: TaskInstance) -> dict[str, Any]:
         """tau2's gold actions, with their requestors, and required information (analysis code only)."""
         raw = self.world(0, instance.params)
-        return {
-            "tau2_task": self.task_id(instance),
-            "gold_actions": gold_actions(raw),
-            "communicate_info": list((raw.get("evaluation_criteria") or {}).get("communicate_info") or []),
-            "env_assertions": list((raw.get("evaluation_criteria") or {}).get("env_assertions") or []),
-        }
+        return {**super().answer_key(instance), "gold_actions": gold_actions(raw),
+                "env_assertions": list((raw.get("evaluation_criteria") or {}).get("env_assertions") or [])}
