@@ -487,18 +487,13 @@ def _check_count(field: str, n: int, subject: str) -> None:
         raise EditError(f"{subject} {n} {limit[1]}, over the {limit[0]} limit")
 
 
-def _json_chars(value: Any) -> int:
-    """Characters of a JSON-like payload (already checked by the type layer) as JSON."""
-    return len(json.dumps(value, ensure_ascii=False))
-
-
 def _part_chars(value: Any) -> int:
     """Characters of one harness part or op field: strings by length, payloads as JSON, a dataclass
     (a wrapped part) by its fields."""
     if isinstance(value, str):
         return len(value)
     if isinstance(value, dict):
-        return _json_chars(value)
+        return len(json.dumps(value, ensure_ascii=False))  # checked by the type layer
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return sum(_part_chars(v) for v in _fields(value).values())
     return 0

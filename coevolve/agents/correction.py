@@ -246,7 +246,8 @@ class DatasetBuilder:
         cuts: dict[str, list[str]] = {}
 
         def use(role: str, used: dict[str, Any]) -> None:
-            self._use(role, used)
+            with self._lock:
+                self.usage.add(role, used)
             if used.get("cuts"):
                 cuts.setdefault(role, []).extend(used["cuts"])
 
@@ -275,10 +276,6 @@ class DatasetBuilder:
         row = correction_row(traj, self.harness, locus, best, scored, replay, cuts)
         self.journal("correction", {"trajectory": traj.id, "row": row.to_json()})
         return row
-
-    def _use(self, role: str, used: dict[str, Any]) -> None:
-        with self._lock:
-            self.usage.add(role, used)
 
     def _progress(self, kept: int, handled: int, total: int) -> None:
         if self.on_progress:

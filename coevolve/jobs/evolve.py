@@ -140,10 +140,6 @@ def held_out_comparison(
     }
 
 
-def accepted_edits(store: Any, harness_id: str) -> list[Any]:
-    return [r.edit for r in store.lineage(harness_id) if r.edit is not None]
-
-
 def usage_report(
     store: Any, pool: Any, harness_id: str, family: str, models: list[str], split: str, n: int, seed: int,
     trajectories: dict[str, list[Any]] | None = None,
@@ -153,7 +149,7 @@ def usage_report(
     from coevolve.services.pools.rollouts import RolloutJob
     from coevolve.tasks import get_family
 
-    edits = accepted_edits(store, harness_id)
+    edits = [r.edit for r in store.lineage(harness_id) if r.edit is not None]  # the accepted edits
     if not edits:
         return {m: [] for m in models}
     h = store.get_harness(harness_id)

@@ -23,10 +23,6 @@ WEAK_ENV = variable("sandbox_weak")
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC"}  # all a sandbox process is started with
 
 
-def _weak() -> bool:
-    return environment().sandbox_weak == "1"
-
-
 @dataclass(frozen=True)
 class _Plan:
     """How to start the fork server on this host."""
@@ -134,7 +130,7 @@ def _box_plan() -> _Plan | str:
 
 
 def _plan() -> _Plan:
-    if _weak():
+    if environment().sandbox_weak == "1":
         return _weak_plan()
     plan = _box_plan()
     if isinstance(plan, str):

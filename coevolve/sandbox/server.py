@@ -34,10 +34,6 @@ def _program() -> str:
 _PROGRAM = _program()
 
 
-def _per_run() -> bool:
-    return environment().sandbox_per_run == "1"
-
-
 class _StartError(OSError):
     pass
 
@@ -150,7 +146,7 @@ class _Zygote:
 
     @classmethod
     def run(cls, plan: _Plan, request: bytes, wall_s: float) -> dict | None:
-        if not _per_run():
+        if environment().sandbox_per_run != "1":
             with cls._lock:
                 server = cls._server
                 if server is None or not server.alive() or server.plan != plan:

@@ -141,7 +141,8 @@ class TaskEnv(ABC):
         except ToolArgError as e:
             return ToolResult(f"error: {e}", error=True)
         except TypeError as e:
-            return ToolResult(f"error: bad arguments for {impl}: {_clean_type_error(e)}", error=True)
+            why = re.sub(r"^\S*\(\)\s*", "", str(e))  # "f() missing 1 required ..." -> "missing ..."
+            return ToolResult(f"error: bad arguments for {impl}: {why}", error=True)
         except RecursionError:
             return ToolResult(f"error: arguments for {impl} are nested too deeply", error=True)
         if isinstance(out, ToolResult):
@@ -167,10 +168,6 @@ READ_ONLY_SQL = frozenset(
 def read_only_authorizer(action: int, *_: Any) -> int:
     """For `sqlite3.Connection.set_authorizer`: plain reads only (no writes, no PRAGMA, no ATTACH)."""
     return sqlite3.SQLITE_OK if action in READ_ONLY_SQL else sqlite3.SQLITE_DENY
-
-
-def _clean_type_error(e: TypeError) -> str:
-    return re.sub(r"^\S*\(\)\s*", "", str(e))
 
 
 FINISH_TOOL = tool_spec(TaskEnv.tool_finish, required_always=True)
