@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 def bounded(text: str, limit: int) -> str:
     """`text` at most about `limit` characters: head and tail kept, the middle replaced by a marker
@@ -17,3 +20,12 @@ def clipped(text: str, n: int) -> str:
     the marker of the evidence and transcripts the roles read (`bounded`'s is that of observations and
     checkers' reasons; unifying them changes the prompts, hence every recorded search)."""
     return text if len(text) <= n else text[: n // 2] + f" …[{len(text) - n} chars]… " + text[-n // 2 :]
+
+
+def json_object(text: str | None) -> dict[str, Any] | None:
+    """`text` (a tool call's arguments; empty means `{}`) as a JSON object, or None when it is not one."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -11,6 +11,7 @@ from typing import Any
 
 from coevolve.agents.fit import Budget, fit_tool_result
 from coevolve.tasks.handbook import Handbook
+from coevolve.text import json_object
 
 HANDBOOK_TOOLS: list[dict[str, Any]] = [
     {
@@ -93,11 +94,8 @@ def handbook_calls(messages: list[dict[str, Any]]) -> HandbookCalls:
     for m in messages:
         for c in m.get("tool_calls") or () if m.get("role") == "assistant" else ():
             fn = c.get("function") or {}
-            try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                args = {}
-            out.setdefault(fn.get("name", ""), []).append((args if isinstance(args, dict) else {}, results.get(c.get("id"), "")))
+            args = json_object(fn.get("arguments")) or {}
+            out.setdefault(fn.get("name", ""), []).append((args, results.get(c.get("id"), "")))
     return out
 
 

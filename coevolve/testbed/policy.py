@@ -48,6 +48,7 @@ from coevolve.errors import BadInput
 from coevolve.tasks import get_family
 from coevolve.tasks.base import Knowledge, PlanStep, TaskFamily
 from coevolve.tasks.rules import Concept
+from coevolve.text import json_object
 
 TASK_ID = re.compile(r"\(Task id: ([^)\s]+)\)")
 HOOK_PREFIXES = ("[validate_args]", "[finish_checklist]", "[progress_reminder]")
@@ -186,12 +187,8 @@ def _calls(messages: list[dict[str, Any]]) -> list[_Call]:
         turn += 1
         for c in m.get("tool_calls") or ():
             fn = c.get("function") or {}
-            try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                args = None
             idx, content = results.get(c.get("id"), (None, None))
-            out.append(_Call(fn.get("name", ""), args if isinstance(args, dict) else None, content, idx, turn))
+            out.append(_Call(fn.get("name", ""), json_object(fn.get("arguments")), content, idx, turn))
     return out
 
 
@@ -477,11 +474,7 @@ def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
             text = (m.get("content") or "") + " " + " ".join(c["function"].get("arguments") or "" for c in calls)
             # a turn that contradicts a fact (anywhere in it) does not teach it
             learned |= {f.id for f in facts if f.stated_in(text) and not f.contradicted_in(text)}
-            for c in calls:
-                try:
-                    tool_calls += isinstance(json.loads(c["function"].get("arguments") or "{}"), dict)
-                except json.JSONDecodeError:
-                    pass
+            tool_calls += sum(json_object(c["function"].get("arguments")) is not None for c in calls)
     name = base_model.split("/", 1)[-1].split("@")[0]
     base = PROFILES.get(name, PROFILES["weak"])
     return {

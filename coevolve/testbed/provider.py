@@ -40,6 +40,7 @@ from coevolve.llm import faults as fx
 from coevolve.settings import setting
 from coevolve.testbed.policy import SyntheticReply
 from coevolve.testbed.respond import respond
+from coevolve.text import json_object
 from coevolve.values import check_adapter_id
 
 _attempts = fx.AttemptCounter()
@@ -163,12 +164,8 @@ def _constrained(reply: SyntheticReply, offered: dict[str, dict[str, Any]], sche
     """The policy's reply as the JSON answer of a schema-constrained decoder (module doc)."""
     calls = reply.message.get("tool_calls") or []
     fn = calls[0]["function"] if calls else {}
-    try:
-        args = json.loads(fn.get("arguments") or "{}")
-    except json.JSONDecodeError:
-        args = {}
     name = fn.get("name")
-    answer = {"name": name, "arguments": args if isinstance(args, dict) else {}}
+    answer = {"name": name, "arguments": json_object(fn.get("arguments")) or {}}
     forced = name not in offered or cs.schema_error(answer["arguments"], offered[name]) is not None
     if forced:
         answer = _force(answer, offered)
