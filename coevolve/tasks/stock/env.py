@@ -135,37 +135,10 @@ class StockEnv(TaskEnv):
     # web shop
     def tool_list_products(self) -> str:
         """List every product of the web shop with its stock fields."""
-        cols = (
-            "sku",
-            "name",
-            "supplier",
-            "status",
-            "on_hand",
-            "reserved",
-            "threshold",
-            "par_level",
-            "case_pack",
-        )
+        cols = ("sku", "name", "supplier", "status", "on_hand", "reserved", "threshold", "par_level", "case_pack")
         lines = [" | ".join(cols)]
         for p in self.world.products:
-            lines.append(
-                " | ".join(
-                    map(
-                        str,
-                        (
-                            p.sku,
-                            p.name,
-                            p.supplier,
-                            p.status,
-                            p.on_hand,
-                            p.reserved,
-                            p.threshold,
-                            p.par,
-                            p.case_pack,
-                        ),
-                    )
-                )
-            )
+            lines.append(" | ".join(str(getattr(p, "par" if c == "par_level" else c)) for c in cols))
         return "\n".join(lines) + f"\n({len(self.world.products)} products)"
 
     # mailbox
