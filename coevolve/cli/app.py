@@ -251,12 +251,9 @@ def evolve_cmd(
             out = run_evolve(config, store, address=address, workers=workers, resume=resume, on_progress=on_progress)
     except KeyboardInterrupt as e:
         raise _stopped(e, store, log_json, last, after_live=not (as_json or log_json)) from None
-    if as_json:
-        echo_json(out)
-    else:
-        from coevolve.cli.display import evolve_summary
+    from coevolve.cli.display import evolve_summary
 
-        evolve_summary(out)
+    echo_json(out) if as_json else evolve_summary(out)
 
 
 @app.command("transfer")
@@ -288,12 +285,9 @@ def transfer_cmd(
                                 split, n, seed, address, workers, progress=not as_json)
     except KeyboardInterrupt as e:
         raise _stopped(e, store, False) from None
-    if as_json:
-        echo_json(rows)
-    else:
-        from coevolve.cli.display import transfer_table
+    from coevolve.cli.display import transfer_table
 
-        transfer_table(rows)
+    echo_json(rows) if as_json else transfer_table(rows)
 
 
 # ------------------------------------------------------------------------------------------ harness
@@ -311,13 +305,8 @@ def harness_list(
     for name, hid in s.aliases().items():
         aliases.setdefault(hid, []).append(name)
     if as_json:
-        echo_json(
-            [
-                {"id": r.id, "family": r.family, "parent": r.parent, "aliases": aliases.get(r.id, []),
-                 "rationale": r.rationale, "val_gain": r.val_gain}
-                for r in records
-            ]
-        )
+        echo_json([{"id": r.id, "family": r.family, "parent": r.parent, "aliases": aliases.get(r.id, []),
+                    "rationale": r.rationale, "val_gain": r.val_gain} for r in records])
         return
     from coevolve.cli.display import harness_table
 
@@ -328,15 +317,11 @@ def harness_list(
 @cli_errors
 def harness_show(ref: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt = False) -> None:
     """Show one harness."""
+    from coevolve.cli.display import show_harness
     from coevolve.codec import to_plain
 
     h = open_store(store, create=False).get_harness(ref)
-    if as_json:
-        echo_json({"id": h.id, "harness": to_plain(h)})
-        return
-    from coevolve.cli.display import show_harness
-
-    show_harness(h)
+    echo_json({"id": h.id, "harness": to_plain(h)}) if as_json else show_harness(h)
 
 
 @harness_app.command("diff")
@@ -352,8 +337,7 @@ def harness_diff(a: str, b: str, store: StoreOpt = DEFAULT_STORE) -> None:
     lines = difflib.unified_diff(
         harness_text(ha).splitlines(), harness_text(hb).splitlines(), ha.id[:12], hb.id[:12], lineterm=""
     )
-    out = "\n".join(lines)
-    typer.echo(out or "(identical)")
+    typer.echo("\n".join(lines) or "(identical)")
 
 
 @harness_app.command("apply")
@@ -391,10 +375,7 @@ def harness_apply(
         s.put_harness(parent, rationale="family baseline")
         s.set_alias(base, parent.id)
     s.put_harness(new, parent=parent.id, edit=edit, rationale=edit.rationale or "hand-written edit")
-    if as_json:
-        echo_json({"id": new.id, "parent": parent.id})
-    else:
-        typer.echo(new.id)
+    echo_json({"id": new.id, "parent": parent.id}) if as_json else typer.echo(new.id)
 
 
 @harness_app.command("lineage")
@@ -405,9 +386,7 @@ def harness_lineage(ref: str, store: StoreOpt = DEFAULT_STORE, as_json: JsonOpt 
     h = s.get_harness(ref)
     chain = s.lineage(h.id)
     if as_json:
-        echo_json(
-            [{"id": r.id, "parent": r.parent, "rationale": r.rationale, "val_gain": r.val_gain} for r in chain]
-        )
+        echo_json([{"id": r.id, "parent": r.parent, "rationale": r.rationale, "val_gain": r.val_gain} for r in chain])
         return
     from coevolve.cli.display import lineage_tree
 
@@ -422,13 +401,10 @@ def tasks_list(as_json: JsonOpt = False) -> None:
     from coevolve.tasks import external_family_names, family_names, get_family
 
     names = family_names() + external_family_names()
-    rows = [{"family": n, **get_family(n).split_sizes, "title": get_family(n).title} for n in names]
-    if as_json:
-        echo_json(rows)
-        return
     from coevolve.cli.display import tasks_table
 
-    tasks_table(rows)
+    rows = [{"family": n, **get_family(n).split_sizes, "title": get_family(n).title} for n in names]
+    echo_json(rows) if as_json else tasks_table(rows)
 
 
 @tasks_app.command("show")
