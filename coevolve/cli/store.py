@@ -37,13 +37,8 @@ def _when(t: float | None) -> str:
 @cli_errors
 def store_check(
     store: StoreOpt = DEFAULT_STORE,
-    repair: Annotated[
-        bool,
-        typer.Option(
-            "--repair",
-            help="mark runs of dead processes interrupted, delete leftover temp files, quarantine corrupt objects",
-        ),
-    ] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="mark runs of dead processes interrupted, delete "
+                                         "leftover temp files, quarantine corrupt objects")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Verify every object, record, lineage edge, adapter and run owner; exit 1 if problems remain."""
@@ -83,27 +78,15 @@ def _status(run: Any) -> str:
 
 
 def _run_json(run: Any) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "kind": run.kind,
-        "status": run.status,
-        "created": run.created,
-        "updated": run.updated,
-        "finished": run.finished,
-        "pid": run.pid,
-        "host": run.host,
-        "claimed": run.claimed,
-        "owner_alive": run.owner_alive(),
-    }
+    fields = ("run_id", "kind", "status", "created", "updated", "finished", "pid", "host", "claimed")
+    return {**{f: getattr(run, f) for f in fields}, "owner_alive": run.owner_alive()}
 
 
 @runs_app.command("list")
 @cli_errors
 def runs_list(
     store: StoreOpt = DEFAULT_STORE,
-    kind: Annotated[
-        str | None, typer.Option("--kind", help="only runs of this kind (eval, evolve, ...)")
-    ] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="only runs of this kind (eval, evolve, ...)")] = None,
     status: Annotated[str | None, typer.Option("--status", help="only runs with this stored status")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -163,11 +146,8 @@ def runs_show(
         ("config", json.dumps(run.config, sort_keys=True)),
         ("result", json.dumps(run.result, sort_keys=True, default=str)),
         ("batches", ", ".join(f"{b} ({n})" for b, _, n in batches) or "-"),
-        (
-            "events",
-            f"{len(events)}"
-            + (f" (last: {events[-1].kind} at {_when(events[-1].created)})" if events else ""),
-        ),
+        ("events", f"{len(events)}" + (f" (last: {events[-1].kind} at {_when(events[-1].created)})"
+                                       if events else "")),
     ]
     for k, v in lines:
         typer.echo(f"{k:9} {v}")
