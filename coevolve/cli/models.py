@@ -358,12 +358,8 @@ def list_adapters(
     store = store or _default_store()
     refs = HarnessStore(store, create=False).list_adapters()
     if as_json:
-        print(
-            json.dumps(
-                [{"id": r.id, "base_model": r.base_model, "path": r.path, "metrics": r.metrics,
-                  "trained_under": r.trained_under} for r in refs]
-            )
-        )
+        print(json.dumps([{"id": r.id, "base_model": r.base_model, "path": r.path, "metrics": r.metrics,
+                           "trained_under": r.trained_under} for r in refs]))
         return
     t = Table()
     for col in ("id", "base model", "backend", "steps", "final loss", "harness", "decoding", "path"):
@@ -373,14 +369,9 @@ def list_adapters(
         curve = r.metrics.get("loss_curve") or [None]
         harnesses = [h["harness_id"][:12] for h in r.trained_under.get("harnesses") or ()]
         t.add_row(*(escape(cell) for cell in (
-            r.id,
-            r.base_model,
-            str(r.train_config.get("backend", "")),
-            str(r.metrics.get("steps", "")),
-            f"{curve[-1]:.4f}" if isinstance(curve[-1], float) else "",
-            " ".join(harnesses) or "-",
-            "; ".join(p.describe() for p in r.decodings()) or "-",
-            r.path,
+            r.id, r.base_model, str(r.train_config.get("backend", "")), str(r.metrics.get("steps", "")),
+            f"{curve[-1]:.4f}" if isinstance(curve[-1], float) else "", " ".join(harnesses) or "-",
+            "; ".join(p.describe() for p in r.decodings()) or "-", r.path,
         )))
     console.print(t)
 
