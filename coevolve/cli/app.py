@@ -418,10 +418,7 @@ def tasks_show(family: str, instance_id: str, as_json: JsonOpt = False) -> None:
     inst = fam.instance(iid)
     env = fam.make_env(inst)
     info = {
-        "id": inst.id,
-        "split": inst.split,
-        "params": inst.params,
-        "instruction": inst.instruction,
+        **{f: getattr(inst, f) for f in ("id", "split", "params", "instruction")},
         "tools": [t.name for t in env.tool_specs()],
         "facts": [f.id for f in fam.facts],
     }

@@ -77,9 +77,7 @@ def _evolve(
     store.set_alias(f"{config.family}:evolved", result.harness_id)
     out = {
         "run_id": run_id,
-        "family": config.family,
-        "model": config.model,
-        "proposer": config.proposer,
+        **{f: getattr(config, f) for f in ("family", "model", "proposer")},
         "harness_id": result.harness_id,
         "baseline_id": result.baseline_id,
         "baseline_val": round(result.baseline_val, 4),
@@ -87,10 +85,7 @@ def _evolve(
         "rollouts_used": result.rollouts_used,
         "iterations": result.iterations,
         "accepted": len(result.accepted),
-        "rejected": result.rejected,
-        "invalid": result.invalid,
-        "stop_reason": result.stop_reason,
-        "spend": result.spend,
+        **{f: getattr(result, f) for f in ("rejected", "invalid", "stop_reason", "spend")},
         "edits": result.accepted,
         "search": config.search,
     }

@@ -251,10 +251,7 @@ def check(env: Any) -> Outcome:
         "tau2": {
             "domain": env.domain,
             "task_id": env.task_id,
-            "reward": s.reward,
-            "termination": s.termination,
-            "db_match": s.db_match,
-            "answered_customer": s.answered_customer,
+            **{f: getattr(s, f) for f in ("reward", "termination", "db_match", "answered_customer")},
             "protocol": env.protocol or "tool",
             "user": user.kind if user else None,
             "user_model": getattr(user, "model", None),
