@@ -115,6 +115,20 @@ def gather(store: Any, run_id: str, judge_model: str | None = None) -> dict[str,
 
 
 # ------------------------------------------------------------------ plots
+def _pass_bars(ax: Any, bars: list[tuple[float, dict[str, Any] | None]], width: float, **style: Any) -> None:
+    """A bar at each x with a cell: its test pass@1, its 95% interval as the error bar."""
+    cs = [(x, c) for x, c in bars if c]
+    ys = [c["pass_at_1"] for _, c in cs]
+    err = [[y - c["ci95"][0] for y, (_, c) in zip(ys, cs)], [c["ci95"][1] - y for y, (_, c) in zip(ys, cs)]]
+    ax.bar([x for x, _ in cs], ys, width, yerr=err, capsize=2, **style)
+
+
+def _pass_axis(ax: Any, names: list[str]) -> None:
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("test pass@1 (95% CI)")
+
+
 def plot_pass_rates(data: dict[str, Any]) -> str:
     plt = _plt()
     cfg, cells = data["config"], data["cells"]
@@ -123,19 +137,11 @@ def plot_pass_rates(data: dict[str, Any]) -> str:
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(fams)), 3.6))
     width = 0.8 / len(series)
     for i, (who, label, weights) in enumerate(series):
-        xs, ys, lo, hi = [], [], [], []
-        for j, f in enumerate(fams):
-            c = cells.get(f"eval:{f}:{who}:{label}:{weights}")
-            if c:
-                xs.append(j + i * width - 0.4 + width / 2)
-                ys.append(c["pass_at_1"])
-                lo.append(c["pass_at_1"] - c["ci95"][0])
-                hi.append(c["ci95"][1] - c["pass_at_1"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=f"{who} {label} {weights}",
-               hatch="//" if label == "evolved" else None, alpha=0.9)
-    ax.set_xticks(range(len(fams)), fams)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("test pass@1 (95% CI)")
+        bars = [(j + i * width - 0.4 + width / 2, cells.get(f"eval:{f}:{who}:{label}:{weights}"))
+                for j, f in enumerate(fams)]
+        hatch = "//" if label == "evolved" else None
+        _pass_bars(ax, bars, width, label=f"{who} {label} {weights}", hatch=hatch, alpha=0.9)
+    _pass_axis(ax, fams)
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     return _svg(fig)
 
@@ -378,18 +384,8 @@ def write_run_report(store: Any, run_id: str, result: dict[str, Any] | None = No
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(finals)), 3.2))
     width = 0.27
     for i, a in enumerate(arms):
-        xs, ys, lo, hi = [], [], [], []
-        for j, (f, v) in enumerate(finals.items()):
-            c = v["test"].get(a)
-            if c:
-                xs.append(j + (i - 1) * width)
-                ys.append(c["pass_at_1"])
-                lo.append(c["pass_at_1"] - c["ci95"][0])
-                hi.append(c["ci95"][1] - c["pass_at_1"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=a)
-    ax.set_xticks(range(len(finals)), list(finals))
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("test pass@1 (95% CI)")
+        _pass_bars(ax, [(j + (i - 1) * width, v["test"].get(a)) for j, v in enumerate(finals.values())], width, label=a)
+    _pass_axis(ax, list(finals))
     ax.legend(fontsize=7)
     svg = _svg(fig)
     weak = cfg.get("weak") or {}
