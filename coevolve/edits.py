@@ -344,6 +344,11 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
+# pydantic's type errors: what the value must be
+_MUST_BE = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "list_type": "a list",
+            "dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object"}
+
+
 def _problem(error: Any, model: type[BaseModel] | None, owner: str = "this operation") -> str:
     """What one pydantic error says, in the words of this module."""
     kind, got = error["type"], _a(error.get("input"))
@@ -352,18 +357,10 @@ def _problem(error: Any, model: type[BaseModel] | None, owner: str = "this opera
     if kind == "extra_forbidden":
         fields = [f for f in (model.model_fields if model else ()) if f != "op"]
         return f"is not a field of {owner}" + (f" (fields: {', '.join(fields)})" if fields else "")
-    if kind == "string_type":
-        return f"must be a string, not {got}"
-    if kind == "int_type":
-        return f"must be an integer, not {got}"
-    if kind == "float_type":
-        return f"must be a number, not {got}"
+    if kind in _MUST_BE:
+        return f"must be {_MUST_BE[kind]}, not {got}"
     if kind == "finite_number":
         return "must be a finite number"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be an object, not {got}"
-    if kind == "list_type":
-        return f"must be a list, not {got}"
     if kind == "too_short":
         return "must not be empty"
     if kind in ("greater_than_equal", "less_than_equal"):
