@@ -36,31 +36,24 @@ class Backend(Protocol):
 
     def evaluate(self, jobs: Sequence[Job], model: str) -> list[Trajectory]:
         """One rollout per job, in job order."""
-        ...
 
     def replay(self, traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
         """`traj` resumed with `forced` as its assistant turn `turn` (the replay check)."""
-        ...
 
     def locate(self, traj: Trajectory) -> tuple[FailureLocus, CallUsage]:
         """The judge: the turn where a failed rollout went wrong."""
-        ...
 
     def rewrite(self, traj: Trajectory, locus: FailureLocus, k: int) -> tuple[list[dict[str, Any]], CallUsage]:
         """The expert, with the handbook of the rollout's family: k candidates for the failing turn."""
-        ...
 
     def score(self, traj: Trajectory, locus: FailureLocus, candidate: dict[str, Any]) -> tuple[dict[str, Any], CallUsage]:
         """The judge: a candidate turn's verdict (`valid`, `score`, `why`)."""
-        ...
 
     def proposer(self, family: str) -> LLMProposer:
         """The meta-agent's proposer, with `family`'s handbook."""
-        ...
 
     def train(self, dataset: str, adapter_id: str) -> dict[str, Any]:
         """An adapter trained on a stored dataset (what the adapter cell records of it)."""
-        ...
 
 
 R = TypeVar("R")
