@@ -17,6 +17,7 @@ SIGTERM, a grace period, then SIGKILL of what remains, checked by pid; the keepe
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -249,10 +250,8 @@ def _end(pids: set[int], grace_s: float = STOP_GRACE_S) -> list[int]:
     """SIGTERM, up to `grace_s` for them to end, SIGKILL of what remains; the pids still alive after."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
-            except OSError:
-                pass
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)

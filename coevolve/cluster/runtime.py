@@ -20,6 +20,7 @@ Ray is closed by default (deploy/SECURITY.md):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -175,12 +176,11 @@ def _ensure_local_token() -> None:
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))
     log.info("ray token written", path=str(path))
-    try:  # Ray caches the token it found (or did not): make it read the new file
+    # Ray caches the token it found (or did not): make it read the new file
+    with contextlib.suppress(ImportError, AttributeError):
         from ray._raylet import AuthenticationTokenLoader
 
         AuthenticationTokenLoader.instance().reset_cache()
-    except (ImportError, AttributeError):
-        pass
 
 
 def check_token(address: str | None) -> None:
@@ -207,12 +207,11 @@ def _token_auth(address: str | None) -> None:
         _ensure_local_token()
     check_token(address)
     os.environ[AUTH_MODE_ENV] = "token"  # inherited by the raylet, hence by every worker and Serve replica
-    try:  # Ray reads the mode into its config once; re-read it (what Ray itself does when it turns auth on)
+    # Ray reads the mode into its config once; re-read it (what Ray itself does when it turns auth on)
+    with contextlib.suppress(ImportError, AttributeError):
         from ray._raylet import Config
 
         Config.initialize("")
-    except (ImportError, AttributeError):
-        pass
 
 
 def _loopback_only() -> None:

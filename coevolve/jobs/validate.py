@@ -3,6 +3,7 @@ each refusal says in one line what is wrong."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -74,15 +75,13 @@ def litellm_providers() -> frozenset[str]:
     import importlib.util
 
     spec = importlib.util.find_spec("litellm")
-    try:
+    with contextlib.suppress(AttributeError, TypeError, OSError, SyntaxError, StopIteration):
         tree = ast.parse((Path(spec.origin).parent / "types" / "utils.py").read_text())
         enum = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LlmProviders")
         names = {a.value.value for a in enum.body
                  if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant) and isinstance(a.value.value, str)}
         if names:
             return frozenset(names)
-    except (AttributeError, TypeError, OSError, SyntaxError, StopIteration):
-        pass
     import litellm
 
     return frozenset(str(p.value) if hasattr(p, "value") else str(p) for p in litellm.provider_list)

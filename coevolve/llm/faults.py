@@ -26,6 +26,7 @@ request digest; never content) to `<dir>/faults-<pid>.jsonl`; `count_faults(dir)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -171,12 +172,10 @@ def record(kind: str, key: str, attempt: int, where: str) -> None:
     if not folder:
         return
     line = json.dumps({"kind": kind, "attempt": attempt, "request": key[:16], "where": where, "t": round(time.time(), 3)})
-    try:
+    with contextlib.suppress(OSError):  # the log is for counting; it must never break a call
         Path(folder).mkdir(parents=True, exist_ok=True)
         with open(Path(folder) / f"faults-{os.getpid()}.jsonl", "a") as f:
             f.write(line + "\n")
-    except OSError:
-        pass  # the log is for counting; it must never break a call
 
 
 def count_faults(folder: str | Path) -> Counter[str]:

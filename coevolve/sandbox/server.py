@@ -5,6 +5,7 @@ one per run, which is also the fallback when the persistent one cannot start or 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -117,11 +118,9 @@ class _Server:
                 self.proc.kill()
             self.proc.wait()
         for f in (self.proc.stdin, self.proc.stdout, self._err):
-            try:
+            with contextlib.suppress(OSError):
                 if f is not None:
                     f.close()
-            except OSError:
-                pass
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

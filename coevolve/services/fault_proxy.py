@@ -13,6 +13,7 @@ on 127.0.0.1 unless told otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import socket
@@ -120,15 +121,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reset(self) -> None:
         """Close with RST (SO_LINGER 0): the client sees a connection reset, not a clean close."""
-        try:
+        with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
         self.close_connection = True
-        try:
+        with contextlib.suppress(OSError):
             self.connection.close()
-        except OSError:
-            pass
 
 
 class _Server(ThreadingHTTPServer):

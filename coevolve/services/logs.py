@@ -20,6 +20,7 @@ the caller can start Ray with `log_to_driver=False` instead (worker lines then s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -188,14 +189,12 @@ def _autoscaler_events(lines: list[str]) -> list[str]:
 
 def ray_log_dir() -> str:
     """The running Ray's log folder (worker-*.out/err, raylet, gcs), else Ray's default symlink."""
-    try:
+    with contextlib.suppress(ImportError, AttributeError):
         from ray._private import worker as ray_worker
 
         node = ray_worker._global_node
         if node is not None:
             return str(node.get_logs_dir_path())
-    except (ImportError, AttributeError):
-        pass
     return RAY_LOG_DIR
 
 

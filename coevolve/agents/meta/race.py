@@ -76,6 +76,7 @@ seed, as `synthetic/meta` is).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from dataclasses import dataclass, field
@@ -230,10 +231,9 @@ class RaceEvolution(HarnessEvolution):
                 self._checkpoint()
         except BudgetExhausted as e:
             reason = f"budget:{e}"
-        try:  # what the search could not use goes to the open guard attempt
+        # what the search could not use goes to the open guard attempt
+        with contextlib.suppress(BudgetExhausted):
             self._guard(st.step, tail=True)
-        except BudgetExhausted:
-            pass
         self._tick()
         released = st.released[-1]
         result = EvolveResult(

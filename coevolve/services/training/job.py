@@ -22,6 +22,7 @@ Heavy imports (torch, transformers, peft, ray.train) stay inside the functions t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -239,10 +240,8 @@ def _train_peft(
                     continue
                 if text != last:
                     last = text
-                    try:
+                    with contextlib.suppress(json.JSONDecodeError):
                         progress(json.loads(text))
-                    except json.JSONDecodeError:
-                        pass
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()

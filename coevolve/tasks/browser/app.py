@@ -7,6 +7,7 @@ state (`orders`, `posts`), never what the agent says.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from dataclasses import dataclass, field
@@ -54,13 +55,11 @@ class WebApp:
             path = parts.path or "/"
             query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
             method = method.upper()
-            try:
+            with contextlib.suppress(_NotFound):
                 if method == "POST":
                     return self._post(path, form or {})
                 if method == "GET":
                     return self._get(path, query)
-            except _NotFound:
-                pass
             if method not in ("GET", "POST"):
                 return Response(405, self._page("Method not allowed", "<h1>Method not allowed</h1>", path))
             return Response(404, self._page("Not found", f"<h1>Not found</h1><p>No page at {_e(path)}.</p>", path))

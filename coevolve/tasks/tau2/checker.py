@@ -23,6 +23,7 @@ gold actions or the expected values.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from functools import cache
@@ -100,10 +101,9 @@ def gold_state(domain: str, task_id: str) -> GoldState:
     with paused_gc():
         gold.set_state(initialization_data=data, initialization_actions=actions, message_history=history)
         for action in task.evaluation_criteria.actions or []:
-            try:
+            # as tau2's EnvironmentEvaluator: a failing gold action is skipped
+            with contextlib.suppress(Exception):
                 gold.make_tool_call(tool_name=action.name, requestor=action.requestor, **copy.deepcopy(action.arguments))
-            except Exception:  # noqa: BLE001, S110 — as tau2's EnvironmentEvaluator: a failing gold action is skipped
-                pass
         return GoldState(gold.get_db_hash(), gold.get_user_db_hash(), _delta(domain, gold.tools.db))
 
 
