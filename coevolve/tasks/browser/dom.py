@@ -105,12 +105,8 @@ def kind(n: Node) -> str | None:
     """The role of an actionable element, or None."""
     if n.tag == "a" and "href" in n.attrs:
         return "link"
-    if n.tag == "button":
-        return "button"
-    if n.tag == "textarea":
-        return "textbox"
-    if n.tag == "select":
-        return "combobox"
+    if n.tag in ("button", "textarea", "select"):
+        return {"button": "button", "textarea": "textbox", "select": "combobox"}[n.tag]
     if n.tag == "input":
         t = n.attrs.get("type", "text").lower()
         if t in SUBMIT_TYPES or t in ("button", "reset"):
