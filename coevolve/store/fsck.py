@@ -135,9 +135,7 @@ class Checks(Blobs):
             referrers.setdefault(blob, []).append(f"harness {hid[:12]}")
         for _, rid, batch, blob, _ in batches:
             referrers.setdefault(blob, []).append(f"trajectory batch {rid}/{batch}")
-        status: dict[str, str] = {}  # digest -> ok / missing / corrupt / unreadable
-        for digest in referrers:
-            status[digest] = self._verify_object(digest)
+        status = {digest: self._verify_object(digest) for digest in referrers}  # ok/missing/corrupt/unreadable
         quarantined: dict[str, str] = {}
         temp_files = 0
         if self.objects.is_dir():

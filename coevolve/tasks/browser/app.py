@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
@@ -152,10 +153,8 @@ class WebApp:
         )
 
     def _dashboard(self) -> tuple[str, str]:
-        counts: dict[str, int] = {}
-        for o in self.orders.values():
-            counts[o.status] = counts.get(o.status, 0) + 1
-        rows = "".join(f"<tr><td>{_e(STATUSES[s])}</td><td>{counts.get(s, 0)}</td></tr>" for s in STATUSES)
+        counts = Counter(o.status for o in self.orders.values())
+        rows = "".join(f"<tr><td>{_e(STATUSES[s])}</td><td>{counts[s]}</td></tr>" for s in STATUSES)
         return "Dashboard", (
             "<h1>Dashboard</h1>"
             f"<p>{len(self.orders)} orders, {len(self.world.customers)} customers.</p>"

@@ -83,11 +83,8 @@ def _link_diffs(env: WebsiteEnv, where: str, want_body: str, have_body: str) -> 
     want, have = LINK.findall(want_body), LINK.findall(have_body)
     if len(want) != len(have) or LINK.sub("", want_body) != LINK.sub("", have_body):
         return [f"the text of {where} was changed beyond its links"]
-    out = []
-    for (_, text, w_href), (_, h_text, h_href) in zip(want, have):
-        if w_href != h_href or text != h_text:
-            out.append(f'on {where}, "{h_text}" -> {h_href}{_note(env, h_href)}')
-    return out
+    return [f'on {where}, "{h_text}" -> {h_href}{_note(env, h_href)}'
+            for (_, text, w_href), (_, h_text, h_href) in zip(want, have) if w_href != h_href or text != h_text]
 
 
 def _flat_menu(items: tuple[Any, ...]) -> list[tuple[str, str, str]]:
