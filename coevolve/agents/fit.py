@@ -67,6 +67,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -490,9 +491,7 @@ def evidence_stages() -> list[Stage]:
         return [(j, i) for i in range(longest) for j in reversed(range(len(fs))) if i < len(fs[j].get("transcript_tail", ())) - 1]
 
     def drop_tails(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
-        per: dict[int, int] = {}
-        for j, _ in tail_units(p)[:n]:
-            per[j] = per.get(j, 0) + 1
+        per = Counter(j for j, _ in tail_units(p)[:n])
         fs = []
         for j, f in enumerate(p["failures"]):
             k = per.get(j, 0)

@@ -263,10 +263,7 @@ class WebApp:
         )
 
     def _forums(self) -> tuple[str, str]:
-        counts: dict[str, int] = {}
-        for p in self.posts:
-            if p.published:
-                counts[p.forum] = counts.get(p.forum, 0) + 1
+        counts = Counter(p.forum for p in self.posts if p.published)
         rows = "".join(
             f'<tr><td><a id="forum-{f.slug}" href="/f/{f.slug}">{_e(f.name)}</a></td><td>{_e(f.description)}</td>'
             f'<td>{counts.get(f.slug, 0)}</td><td><a id="forum-{f.slug}-new" href="/f/{f.slug}/submit">New post</a></td></tr>'
