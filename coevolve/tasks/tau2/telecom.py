@@ -282,5 +282,9 @@ class Tau2TelecomFamily(Tau2Family):
     def answer_key(self, instance: TaskInstance) -> dict[str, Any]:
         """tau2's gold actions, with their requestors, and required information (analysis code only)."""
         raw = self.world(0, instance.params)
-        return {**super().answer_key(instance), "gold_actions": gold_actions(raw),
-                "env_assertions": list((raw.get("evaluation_criteria") or {}).get("env_assertions") or [])}
+        return {
+            "tau2_task": self.task_id(instance),
+            "gold_actions": gold_actions(raw),
+            "communicate_info": list((raw.get("evaluation_criteria") or {}).get("communicate_info") or []),
+            "env_assertions": list((raw.get("evaluation_criteria") or {}).get("env_assertions") or []),
+        }
