@@ -15,7 +15,6 @@ from coevolve.agents.meta.acceptance import (
     PairedResult,
     SignTest,
     bootstrap_p,
-    holm_accepted,
     sign_test_p,
 )
 from coevolve.llm.contract import Completion
@@ -80,6 +79,18 @@ def test_with_three_candidates_a_pass_at_alpha_is_not_enough():
         "k": 3,
         "alpha_effective": pytest.approx(0.1 / 3),
     }
+
+
+def holm_accepted(p_values: list[float], alpha: float) -> list[bool]:
+    """Holm's step-down over all the p-values (the reference procedure): sorted ascending, the j-th
+    (from 0) is accepted while every one before it and itself fall below alpha / (k - j)."""
+    k = len(p_values)
+    accepted = [False] * k
+    for rank, i in enumerate(sorted(range(k), key=lambda i: p_values[i])):
+        if p_values[i] >= alpha / (k - rank):
+            break
+        accepted[i] = True
+    return accepted
 
 
 def test_anything_accepted_is_decided_as_holm_decides_it():

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from coevolve.agents.executor import Executor, assistant_positions
+from coevolve.agents.executor import Executor, assistant_positions, openai_tool
 from coevolve.services.gateway import Gateway
 from coevolve.values import FailureLocus, Harness, TaskInstance, Trajectory
 from tests.helpers import serving
@@ -262,7 +262,6 @@ def test_a_correction_row_renders_to_the_servers_prompt_at_every_turn_of_recorde
 def test_the_old_rendering_differs_from_the_servers_prompt(recorded):
     """What the check catches: the whole record (no context policy) and every harness tool, as rows were
     built before, render to another prompt than the server's."""
-    from coevolve.agents.correction import tools_of
     from coevolve.agents.expert import prefix_messages
     from coevolve.services.training import prompt_ids
     from coevolve.values import TrainingRow
@@ -273,7 +272,7 @@ def test_the_old_rendering_differs_from_the_servers_prompt(recorded):
         traj, harness = r["trajectory"], r["harness"]
         for turn, server in enumerate(r["prompts"], start=r["first_turn"]):
             row = row_at(traj, harness, turn)
-            old = TrainingRow((*prefix_messages(traj, turn), row.messages[-1]), tuple(tools_of(harness)), row.provenance)
+            old = TrainingRow((*prefix_messages(traj, turn), row.messages[-1]), tuple(openai_tool(t) for t in harness.tools), row.provenance)
             differ.append(prompt_ids(old, tok) != server)
     assert all(differ)  # the unimplemented tool alone is in every turn's old prompt
 

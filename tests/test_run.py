@@ -25,6 +25,17 @@ SMALL = ["local", "families=[iot]", "budget.cycles=2", "budget.plateau=2", "evol
          "evolve.val_n=12", "data.rows=30", "data.samples=1", "repeats=1"]
 
 
+def keeper_ports(store: Path) -> list[int]:
+    """The ports of every head the store's keepers kept (from their log), oldest first."""
+    from coevolve.cluster.head import KEEPER_LOG
+
+    try:
+        text = (Path(store) / KEEPER_LOG).read_text()
+    except OSError:
+        return []
+    return [int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if ": keeping the head on port " in line]
+
+
 def coevolve(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "COEVOLVE_LOG_LEVEL": "warning", **(env or {})}
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False)
@@ -49,7 +60,7 @@ def heads_left(store: Path, timeout: float = 30) -> list[int]:
     """The pids of every process of a head the store's runs started that is still alive after `timeout`
     seconds: its gcs_server, raylet and their descendants (by the head's port), and its keeper (by the
     keeper log's pid and by a `coevolve.cluster.head keep STORE` command line)."""
-    from coevolve.cluster.head import KEEPER_LOG, _alive, _processes, head_pids, keeper_ports
+    from coevolve.cluster.head import KEEPER_LOG, _alive, _processes, head_pids
 
     keepers = {int(line.split()[1].rstrip(":")) for line in (store / KEEPER_LOG).read_text().splitlines()}
     assert keeper_ports(store), "no head was started"
@@ -136,7 +147,6 @@ def test_two_runs_on_one_store_share_a_head_that_ends_when_both_have_ended_with_
     followed = subprocess.Popen([BIN, "run", *tiny, "--store", str(store), "--json"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "COEVOLVE_LOG_LEVEL": "warning"})
     try:
-        from coevolve.cluster.head import keeper_ports
         from coevolve.store.store import HarnessStore
 
         deadline = time.monotonic() + 300

@@ -87,10 +87,6 @@ class BuildUsage:
 RecordUnit = Callable[[str, dict[str, Any]], None]  # (kind, payload): called with every finished unit of work
 
 
-def tools_of(harness: Harness) -> list[dict[str, Any]]:
-    return [openai_tool(t) for t in harness.tools]
-
-
 def offered_tools(instance: TaskInstance, harness: Harness) -> list[dict[str, Any]]:
     """The tool schemas a rollout of `instance` under `harness` offered the model: the harness tools its
     environment implements, in the harness's order (what `Executor.rollout` sends with every call; a

@@ -260,13 +260,6 @@ def _end(pids: set[int], grace_s: float = STOP_GRACE_S) -> list[int]:
     return sorted(p for p in pids if _alive(p))
 
 
-def keeper_ports(store: Path) -> list[int]:
-    """The ports of every head the store's keepers kept (from their log), oldest first."""
-    try:
-        text = (Path(store) / KEEPER_LOG).read_text()
-    except OSError:
-        return []
-    return [int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if ": keeping the head on port " in line]
 
 
 def stop_local_head(store: Path, grace_s: float = STOP_GRACE_S) -> bool:

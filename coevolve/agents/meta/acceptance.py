@@ -42,7 +42,6 @@ stop that is a heuristic; it can only reject, so it never raises the false-accep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from math import comb, exp, lgamma, log
 from typing import Any
@@ -192,16 +191,6 @@ class FamilyRule:
         }
 
 
-def holm_accepted(p_values: Sequence[float], alpha: float) -> list[bool]:
-    """Holm's step-down over all the p-values (the reference procedure): sorted ascending, the j-th
-    (from 0) is accepted while every one before it and itself fall below alpha / (k - j)."""
-    k = len(p_values)
-    accepted = [False] * k
-    for rank, i in enumerate(sorted(range(k), key=lambda i: p_values[i])):
-        if p_values[i] >= alpha / (k - rank):
-            break
-        accepted[i] = True
-    return accepted
 
 
 def min_wins(rule: FamilyRule, pairs: int) -> int | None:
