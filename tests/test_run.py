@@ -119,7 +119,7 @@ def test_monitor_from_another_process_shows_every_role_and_a_killed_meta_agent_r
         killed = subprocess.run(
             [sys.executable, "-c", (
                 "import json, ray, sys; from coevolve.cluster.head import read_head; from coevolve.cluster.runtime import start_ray; "
-                "from services import meta_agent; "
+                "from coevolve.jobs import meta_agent; "
                 f"start_ray(read_head({str(store)!r})['address'], log_to_driver=False); "
                 f"a = meta_agent.find({run_id!r}); ray.kill(a, no_restart=True); print('killed')"
             )],
