@@ -43,8 +43,10 @@ demo: $(STAMP) sandbox
 # workers: most tests wait (on Ray actors, subprocesses, servers), so 3 workers on 2 cores overlap the
 # waits, and an idle worker takes queued tests from a busy one (worksteal). On one 2-core machine, no
 # compiled modules at the start (2026-12-07): 19 min 40 s before the module cache, 16 min 26 s with it,
-# 15 min 08 s with worksteal and the CLI eval fixture on one pool (2,258 passed, 1 skipped); the same suite
-# took 8-21 min on other 2-core machines (CI: 736 s and 1,290 s).
+# 15 min 08 s with worksteal and the CLI eval fixture on one pool (2,258 passed, 1 skipped); later the same
+# day, 14 min 51 s for 2,263 passed, 2 skipped, using 22 CPU-minutes (so the suite now computes more than it
+# waits: actor starts, each importing litellm, are its largest cost); the same suite took 8-21 min on other
+# 2-core machines (CI: 736 s, 989 s and 1,290 s).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:

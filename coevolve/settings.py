@@ -2,10 +2,11 @@
 
 The environment only overrides: each variable has a default here that holds when it is unset (or set to
 the empty string), and nothing else in the project reads `os.environ` for a `COEVOLVE_*` name; it
-calls `environment()` and reads the field, or `setting(field)` for one (what a model call reads). Values stay text here; the module that uses one parses it
-and owns the error message that names the variable when it is malformed (a bad `COEVOLVE_RETRY` must
-not stop a command that never retries). Variables the project *sets* for the processes it starts (the
-store path for Ray actors, the log settings) are set through `export()`, by their field names.
+calls `environment()` and reads the field, or `setting(field)` for one (what a model call reads).
+Values stay text here; the module that uses one parses it and owns the error message that names the
+variable when it is malformed (a bad `COEVOLVE_RETRY` must not stop a command that never retries).
+Variables the project *sets* for the processes it starts (the store path for Ray actors, the log
+settings) are set through `export()`, by their field names.
 
 `tests/test_settings.py` checks that every `COEVOLVE_*` name in the code is a field here and that
 `docs/ARCHITECTURE.md` lists each one.
