@@ -22,6 +22,7 @@ INLINE = frozenset(
 SKIP = frozenset({"head", "script", "style", "template", "noscript", "option"})
 SUBMIT_TYPES = frozenset({"submit", "image"})
 TEXT_TYPES = frozenset({"text", "search", "email", "number", "password", "tel", "url", ""})
+TAG_ROLES = {"button": "button", "textarea": "textbox", "select": "combobox"}  # actionable by their tag alone
 _WS = re.compile(r"\s+")
 
 
@@ -105,8 +106,8 @@ def kind(n: Node) -> str | None:
     """The role of an actionable element, or None."""
     if n.tag == "a" and "href" in n.attrs:
         return "link"
-    if n.tag in ("button", "textarea", "select"):
-        return {"button": "button", "textarea": "textbox", "select": "combobox"}[n.tag]
+    if n.tag in TAG_ROLES:
+        return TAG_ROLES[n.tag]
     if n.tag == "input":
         t = n.attrs.get("type", "text").lower()
         if t in SUBMIT_TYPES or t in ("button", "reset"):

@@ -138,7 +138,8 @@ class StockEnv(TaskEnv):
         cols = ("sku", "name", "supplier", "status", "on_hand", "reserved", "threshold", "par_level", "case_pack")
         lines = [" | ".join(cols)]
         for p in self.world.products:
-            lines.append(" | ".join(str(getattr(p, "par" if c == "par_level" else c)) for c in cols))
+            row = (p.sku, p.name, p.supplier, p.status, p.on_hand, p.reserved, p.threshold, p.par, p.case_pack)
+            lines.append(" | ".join(map(str, row)))
         return "\n".join(lines) + f"\n({len(self.world.products)} products)"
 
     # mailbox
