@@ -70,9 +70,9 @@ def test_the_run_panel_shows_a_stage_with_markup_as_text():
     from coevolve.cli.run import _panel
 
     c = Console(width=200, record=True)
-    c.print(_panel({"run_id": "r1", "stage": "[/]failed", "family": "[bold]iot"}))
+    c.print(_panel({"run_id": "r1", "stage": "[/]failed", "families": {"[bold]iot": {"stage": "[red]x:iot:0", "adapter": "[/]a"}}}))
     text = c.export_text()
-    assert "[/]failed" in text and "[bold]iot" in text
+    assert "[/]failed" in text and "[bold]iot" in text and "[red]x" in text and "adapter [/]a" in text
 
 
 def _experiment_data() -> dict:

@@ -39,12 +39,23 @@ def test_the_pools_load_counts_queued_in_flight_and_finished_rollouts_per_actor(
         pool.run([RolloutJob(i, h, "synthetic/weak", 0) for i in insts],
                  on_result=lambda i, t: seen.append(pool.load.as_json(pool.actors)))
         final = pool.load.as_json(pool.actors)
+        # two batches at once (two families of a run) share the cap: at most 4 in flight between them
+        side_by_side: dict[int, list] = {}
+        threads = [threading.Thread(target=lambda n=n: side_by_side.update({n: pool.run(
+            [RolloutJob(i, h, "synthetic/weak", n) for i in insts[:8]], on_result=lambda i, t: seen.append(pool.load.as_json(pool.actors)))}))
+            for n in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     finally:
         pool.shutdown()
     first = seen[0]  # one came back: three still out, 12 queued, one sent in its place
     assert first["queued"] == 11 and sum(w["in_flight"] for w in first["actors"].values()) == 4
     assert final["queued"] == 0 and all(w["in_flight"] == 0 for w in final["actors"].values())
     assert sorted(w["done"] for w in final["actors"].values()) == [8, 8] and all(w["per_s"] > 0 for w in final["actors"].values())
+    assert len(seen) == 32 and max(sum(w["in_flight"] for w in s["actors"].values()) for s in seen[16:]) <= 4
+    assert {n: [t.seed for t in trajs] for n, trajs in side_by_side.items()} == {1: [1] * 8, 2: [2] * 8}
 
 
 def test_a_pool_refuses_a_cap_below_one_rollout_in_flight():

@@ -148,8 +148,9 @@ def _panel(s: dict[str, Any]) -> Any:
     t = Table(title=escape(f"coevolve run {s.get('run_id', '')}"), show_header=False)
     spend, budget, work = s.get("spend") or {}, s.get("budget") or {}, s.get("work") or {}
     t.add_row("stage", escape(str(s.get("stage"))))
-    t.add_row("family / cycle", escape(f"{s.get('family', '-')} / {s.get('cycle', '-')}"))
-    t.add_row("harness / adapter", escape(f"{str(s.get('harness_id') or '-')[:12]} / {s.get('adapter') or '-'}"))
+    for name, f in (s.get("families") or {}).items():  # the families run at once: where each one is
+        t.add_row(escape(name), escape(f"cycle {f.get('cycle', '-')}, {str(f.get('stage', '-')).split(':')[0]}; harness "
+                                       f"{str(f.get('harness_id') or '-')[:12]} / adapter {f.get('adapter') or '-'}"))
     t.add_row("work", f"{work.get('rollouts', 0)} rollouts, {work.get('in_flight', 0)} in flight, {work.get('rollouts_per_s', 0)}/s")
     t.add_row("spend", f"{spend.get('rollouts', 0)}/{budget.get('rollouts', '-')} rollouts, ${spend.get('usd', 0)}/{budget.get('usd', '-')}, "
                        f"{spend.get('seconds', 0)}s/{budget.get('seconds', '-')}s")

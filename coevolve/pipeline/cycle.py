@@ -9,11 +9,18 @@ servable -> evaluate it on validation, paired with the current model on identica
 family stops at the cycle budget, after `plateau` cycles without any accepted change, or at the run's
 budgets (rollouts, dollars, seconds) or a stop request; then the final harness and adapter are
 measured against the baseline on the test split.
+
+The families run at once, each in its own thread and with its own seeds, so a family's cells are the
+same as when it runs alone; their rollouts share the executor pool, which keeps it busy while one
+family waits on its proposer or trainer. The run's budgets are shared: the first family to find one
+spent (or a stop request, or another family's failure) stops every family at its next cell.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from coevolve.agents.backend import Backend
@@ -44,14 +51,18 @@ class CoEvolution:
                            Models(profile.weak.model, profile.expert.model, profile.judge.model, profile.proposer),
                            evolve=profile.evolve, data=profile.data, seed=profile.seed, params=profile.params,
                            alpha=profile.alpha, before_cell=self._before_cell)
-        self.status: dict[str, Any] = {"stage": "starting"}
+        self.status: dict[str, Any] = {"stage": "starting", "families": {}}
+        self._status_lock = threading.Lock()
+        self._halt: str | None = None  # why every family stops at its next cell
 
     @property
     def spend(self) -> Any:
         return self.steps.spend
 
     def _before_cell(self, key: str) -> None:
-        """A safe point: budgets and stop requests are honoured between cells."""
+        """A safe point: budgets, stop requests and another family's stop are honoured between cells."""
+        if self._halt is not None:
+            raise Stopped(self._halt)
         if self.stop_requested():
             raise Stopped("stop requested")
         b = self.p.budget
@@ -59,28 +70,47 @@ class CoEvolution:
                                   ("seconds", self.spend.seconds, b.seconds)):
             if used >= limit:
                 raise Stopped(f"budget:{name}")
-        self._set_status(stage=key)
+        self._set_status(key.split(":")[1], stage=key)
 
-    def _set_status(self, **kw: Any) -> None:
-        self.status.update(kw)
-        self.status["spend"] = {"rollouts": self.spend.rollouts, "usd": round(self.spend.usd, 4),
-                                "seconds": round(self.spend.seconds, 1)}
-        b = self.p.budget
-        self.status["budget"] = {"rollouts": b.rollouts, "usd": b.usd, "seconds": b.seconds, "cycles": b.cycles}
-        self.on_status(dict(self.status))
+    def _set_status(self, family: str | None, **kw: Any) -> None:
+        """`kw` into the run's status (`family`: into that family's), then the status to `on_status`."""
+        with self._status_lock:
+            (self.status if family is None else self.status["families"].setdefault(family, {})).update(kw)
+            if "stage" in kw:
+                self.status["stage"] = kw["stage"]
+            self.status["spend"] = {"rollouts": self.spend.rollouts, "usd": round(self.spend.usd, 4),
+                                    "seconds": round(self.spend.seconds, 1)}
+            b = self.p.budget
+            self.status["budget"] = {"rollouts": b.rollouts, "usd": b.usd, "seconds": b.seconds, "cycles": b.cycles}
+            self.on_status({**self.status, "families": {f: dict(s) for f, s in self.status["families"].items()}})
 
     # ------------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
-        reason = "done"
-        results = {}
-        try:
-            for family in self.p.families:
-                results[family] = self._family(family)
-        except Stopped as e:
-            reason = str(e)
-        self._set_status(stage="finished", stop_reason=reason)
+        with ThreadPoolExecutor(len(self.p.families), thread_name_prefix="coevolve-family") as pool:
+            futures = {f: pool.submit(self._family_or_halt, f) for f in self.p.families}
+        results, failed = {}, None
+        for family, future in futures.items():
+            try:
+                results[family] = future.result()
+            except Stopped:
+                pass
+            except BaseException as e:  # the first family's failure is the run's (the others stopped for it)
+                failed = failed or e
+        if failed is not None:
+            raise failed
+        reason = self._halt or "done"
+        self._set_status(None, stage="finished", stop_reason=reason)
         return {"run_id": self.run_id, "stop_reason": reason, "families": results,
                 "spend": self.status["spend"], "cells": len(self.steps.done)}
+
+    def _family_or_halt(self, name: str) -> dict[str, Any]:
+        """The family's result; a stop or a failure of it stops the other families at their next cell."""
+        try:
+            return self._family(name)
+        except BaseException as e:
+            with self._status_lock:
+                self._halt = self._halt or (str(e) if isinstance(e, Stopped) else f"{name} failed")
+            raise
 
     def _family(self, name: str) -> dict[str, Any]:
         from coevolve.tasks import get_family
@@ -92,13 +122,13 @@ class CoEvolution:
         adapter: str | None = None
         quiet = 0
         for cycle in range(self.p.budget.cycles):
-            self._set_status(family=name, cycle=cycle, harness_id=harness.id, adapter=adapter)
+            self._set_status(name, cycle=cycle, harness_id=harness.id, adapter=adapter)
             model = with_adapter(weak, adapter)
             key = f"evolve:{name}:{cycle}"
             ev = steps.cell(key, lambda h=harness, m=model, k=key, c=cycle: steps.evolve(family, h, m, k, self.p.seed + c))
             changed_harness = ev["harness_id"] != harness.id
             harness = steps.journal.get_harness(ev["harness_id"])
-            self._set_status(harness_id=harness.id)
+            self._set_status(name, harness_id=harness.id)
             key = f"data:{name}:{cycle}"
             data = steps.cell(key, lambda h=harness, m=model, k=key: steps.build(family, "correction", h, m, k,
                                                                                  self._rows_so_far(name)))
@@ -111,7 +141,7 @@ class CoEvolution:
                     family, h, c, a, k, val_n=self.p.evolve.val_n, val_seeds=self.p.evolve.val_seeds))
                 if verdict["accepted"]:
                     adapter, accepted = adapter_id, True
-                    self._set_status(adapter=adapter)
+                    self._set_status(name, adapter=adapter)
             quiet = 0 if changed_harness or accepted else quiet + 1
             if quiet >= self.p.budget.plateau:
                 break

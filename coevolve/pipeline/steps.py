@@ -19,6 +19,7 @@ kill. Proposer dollars are journaled per finished evolve cell; wall-clock second
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -99,6 +100,7 @@ class Steps:
         self.alpha = alpha
         self.before_cell = before_cell
         self.done: dict[str, dict[str, Any]] = {e.payload["cell"]: e.payload for e in journal.events(run_id, "cell")}
+        self._lock = threading.RLock()  # the spend and the infrastructure count: a schedule may run cells at once
         spent = [e.payload for e in journal.events(run_id, "spend")]
         self.spend = RunSpend(seconds_before=spent[-1]["seconds"] if spent else 0.0)
         self.spend.proposer_usd = sum(self._proposer_usd(c) for k, c in self.done.items() if k.startswith("evolve:"))
@@ -114,9 +116,10 @@ class Steps:
         self.before_cell(key)
         started = time.monotonic()
         payload = {"cell": key, **work(), "seconds": round(time.monotonic() - started, 2)}
-        self._sync_spend()
-        self.journal.append_event(self.run_id, "cell", payload)
-        self.journal.append_event(self.run_id, "spend", self.spend.as_json())
+        with self._lock:
+            self._sync_spend()
+            self.journal.append_event(self.run_id, "cell", payload)
+            self.journal.append_event(self.run_id, "spend", self.spend.as_json())
         self.done[key] = payload
         return payload
 
@@ -142,9 +145,10 @@ class Steps:
         """Rollouts run on the backend, counted in the run's spend as they come back (an evolution's
         `Evaluator`: it stores them in its own run; the cell's end re-reads the spend from the store)."""
         out = self.backend.evaluate(jobs, model)
-        self._count_infra(out)
-        self.spend.rollouts += len(out)
-        self.spend.rollout_usd += sum(t.cost_usd for t in out)
+        with self._lock:
+            self._count_infra(out)
+            self.spend.rollouts += len(out)
+            self.spend.rollout_usd += sum(t.cost_usd for t in out)
         return out
 
     def rollouts(self, jobs: Sequence[Job], model: str, batch: str) -> list[Trajectory]:
@@ -189,7 +193,8 @@ class Steps:
         self.journal.finish_run(rid, "done", {"harness_id": r.harness_id})
         # the evolution stored (and so journaled) its rollouts in its run; its dollars beyond them are the proposer's
         proposer_usd = round(max(0.0, r.spend.get("usd", 0.0) - self.journal.rollout_spend([rid])[1]), 6)
-        self.spend.proposer_usd += proposer_usd
+        with self._lock:
+            self.spend.proposer_usd += proposer_usd
         out = {"harness_id": r.harness_id, "run_id": rid, "model": model, "val": [r.baseline_val, r.evolved_val],
                "accepted": [{k: a[k] for k in ("rationale", "val_gain", "iteration")} for a in r.accepted],
                "rejected": r.rejected, "rollouts": r.rollouts_used, "proposer_usd": proposer_usd, "spend": r.spend}

@@ -10,6 +10,7 @@ no rollout is lost.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,13 +79,14 @@ class RolloutPool(ActorPool):
         scheduling: str = "SPREAD",
         max_in_flight: int | None = None,
     ):
-        """`max_in_flight`: the most rollouts a batch runs at once unless `run` is told otherwise (None:
-        all), e.g. the served model's batch size, so a small server is not flooded past its timeouts;
-        `resources` and `scheduling` place the actors (`ActorPool`): by default they spread over the
-        nodes that qualify."""
+        """`max_in_flight`: the most rollouts the pool runs at once over all its batches (None: no cap),
+        e.g. the served model's batch size, so a small server is not flooded past its timeouts however
+        many batches run side by side; `resources` and `scheduling` place the actors (`ActorPool`): by
+        default they spread over the nodes that qualify."""
         if max_in_flight is not None and max_in_flight < 1:
             raise BadInput(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
+        self._slots = threading.BoundedSemaphore(max_in_flight) if max_in_flight else None
         super().__init__("rollout", workers, num_cpus=num_cpus, max_concurrency=max_concurrency, env=env,
                          resources=resources, scheduling=scheduling, max_replacements=max_replacements,
                          ready_timeout_s=ready_timeout_s)
@@ -97,11 +99,11 @@ class RolloutPool(ActorPool):
         description: str = "rollouts",
         max_in_flight: int | None = None,
     ) -> list[Trajectory]:
-        """Run every job; return trajectories in submission order. At most `max_in_flight` rollouts
-        run at once (default: the pool's), so a large batch does not flood the model servers."""
+        """Run every job; return trajectories in submission order. At most `max_in_flight` of them run
+        at once, and at most the pool's `max_in_flight` over all batches, so concurrent batches do not
+        flood the model servers."""
         if not jobs:
             return []
-        max_in_flight = max_in_flight or self.max_in_flight
         harness_refs: dict[str, Any] = {}
         payloads = []
         for job in jobs:
@@ -121,16 +123,31 @@ class RolloutPool(ActorPool):
             pending[actor.rollout.remote(inst, href, model, seed)] = (i, actor)
             self.load.send(actor, from_queue=not again)
 
-        self.load.enqueue(len(jobs))
+        submitted = held = 0  # jobs submitted; pool slots this batch holds
 
-        queue = iter(range(len(jobs)))
-        for i in queue:
-            submit(i)
-            if max_in_flight and len(pending) >= max_in_flight:
-                break
+        def fill() -> None:
+            """Submit queued jobs up to the caps; wait for a pool slot only while none of this batch is in
+            flight (a batch holding slots frees them as its results come back)."""
+            nonlocal submitted, held
+            while submitted < len(jobs) and not (max_in_flight and len(pending) >= max_in_flight):
+                if self._slots is not None:
+                    if not self._slots.acquire(blocking=not pending):
+                        return
+                    held += 1
+                submit(submitted)
+                submitted += 1
+
+        def free(n: int = 1) -> None:
+            nonlocal held
+            for _ in range(n if self._slots is not None else 0):
+                self._slots.release()
+                held -= 1
+
+        self.load.enqueue(len(jobs))
         bar = _Progress(len(jobs), description) if progress else None
         done = 0
         try:
+            fill()
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=None)
                 for ref in ready:
@@ -140,14 +157,13 @@ class RolloutPool(ActorPool):
                     except RESULT_LOST as e:
                         self.load.back(actor, ok=False)
                         self._replace(actor, e)
-                        submit(i, again=True)
+                        submit(i, again=True)  # in the slot it held
                         continue
                     self.load.back(actor)
+                    free()
                     results[i] = traj
                     done += 1
-                    next_job = next(queue, None)
-                    if next_job is not None:
-                        submit(next_job)
+                    fill()
                     if bar:
                         bar.update(done, traj)
                     if on_result:
@@ -157,6 +173,7 @@ class RolloutPool(ActorPool):
                 bar.close()
             for i, actor in pending.values():  # a batch given up (an error above): nothing of it is in flight now
                 self.load.back(actor, ok=False)
+            free(held)
             self.load.enqueue(-sum(r is None for r in results) + len(pending))
         return [r for r in results if r is not None]
 
