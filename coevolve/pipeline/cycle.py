@@ -88,16 +88,11 @@ class CoEvolution:
     def run(self) -> dict[str, Any]:
         with ThreadPoolExecutor(len(self.p.families), thread_name_prefix="coevolve-family") as pool:
             futures = {f: pool.submit(self._family_or_halt, f) for f in self.p.families}
-        results, failed = {}, None
-        for family, future in futures.items():
-            try:
-                results[family] = future.result()
-            except Stopped:
-                pass
-            except BaseException as e:  # the first family's failure is the run's (the others stopped for it)
-                failed = failed or e
-        if failed is not None:
-            raise failed
+        errors = {f: future.exception() for f, future in futures.items()}
+        failed = [e for e in errors.values() if e is not None and not isinstance(e, Stopped)]
+        if failed:  # a family's failure is the run's (the others stopped for it)
+            raise failed[0]
+        results = {f: future.result() for f, future in futures.items() if errors[f] is None}
         reason = self._halt or "done"
         self._set_status(None, stage="finished", stop_reason=reason)
         return {"run_id": self.run_id, "stop_reason": reason, "families": results,
