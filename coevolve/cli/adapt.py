@@ -287,10 +287,7 @@ def judge_accuracy_cmd(
         get_family(f).generate(split, n)  # validates split and n
     out = judge_accuracy(store, families, judge, model=model, split=split, n=n, repeats=repeats, seed=seed,
                          workers=workers, address=address, progress=_Stage(not as_json))
-    if as_json:
-        echo_json(out)
-        return
-    print_judge_accuracy(out)
+    echo_json(out) if as_json else print_judge_accuracy(out)
 
 
 def _acc(a: dict[str, Any], metric: str) -> str:
@@ -378,10 +375,7 @@ def experiment_paper(
     stage = _Stage(not as_json)
     out = run_experiment(cfg, store, resume=resume, address=address,
                          progress=lambda p: stage({"stage": f"cell {p['cell']} ({p['done']} done)"}))
-    if as_json:
-        echo_json(out)
-        return
-    print_experiment(out)
+    echo_json(out) if as_json else print_experiment(out)
 
 
 def print_experiment(out: dict[str, Any]) -> None:
