@@ -58,6 +58,21 @@ def test_the_pools_load_counts_queued_in_flight_and_finished_rollouts_per_actor(
     assert {n: [t.seed for t in trajs] for n, trajs in side_by_side.items()} == {1: [1] * 8, 2: [2] * 8}
 
 
+def test_a_batch_waiting_for_a_slot_gets_the_next_one_before_a_batch_that_holds_slots():
+    from coevolve.services.pools.rollouts import _Slots
+
+    slots = _Slots(1)
+    assert slots.take(wait=False) and not slots.take(wait=False)  # batch A holds the one slot
+    waiter = threading.Thread(target=slots.take, kwargs={"wait": True})  # batch B has none in flight: it waits
+    waiter.start()
+    while slots.waiting == 0:
+        time.sleep(0.01)
+    slots.give(1)  # A's rollout came back
+    assert not slots.take(wait=False)  # A does not take it back while B waits
+    waiter.join(timeout=10)
+    assert not waiter.is_alive() and slots.free == 0 and slots.waiting == 0
+
+
 def test_a_pool_refuses_a_cap_below_one_rollout_in_flight():
     with pytest.raises(ValueError, match="max_in_flight must be >= 1"):
         RolloutPool(2, max_in_flight=0)

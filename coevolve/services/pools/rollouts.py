@@ -86,7 +86,7 @@ class RolloutPool(ActorPool):
         if max_in_flight is not None and max_in_flight < 1:
             raise BadInput(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
-        self._slots = threading.BoundedSemaphore(max_in_flight) if max_in_flight else None
+        self._slots = _Slots(max_in_flight) if max_in_flight else None
         super().__init__("rollout", workers, num_cpus=num_cpus, max_concurrency=max_concurrency, env=env,
                          resources=resources, scheduling=scheduling, max_replacements=max_replacements,
                          ready_timeout_s=ready_timeout_s)
@@ -131,7 +131,7 @@ class RolloutPool(ActorPool):
             nonlocal submitted, held
             while submitted < len(jobs) and not (max_in_flight and len(pending) >= max_in_flight):
                 if self._slots is not None:
-                    if not self._slots.acquire(blocking=not pending):
+                    if not self._slots.take(wait=not pending):
                         return
                     held += 1
                 submit(submitted)
@@ -139,9 +139,9 @@ class RolloutPool(ActorPool):
 
         def free(n: int = 1) -> None:
             nonlocal held
-            for _ in range(n if self._slots is not None else 0):
-                self._slots.release()
-                held -= 1
+            if self._slots is not None:
+                self._slots.give(n)
+                held -= n
 
         self.load.enqueue(len(jobs))
         bar = _Progress(len(jobs), description) if progress else None
@@ -180,6 +180,30 @@ class RolloutPool(ActorPool):
     def replay(self, traj: Trajectory, harness: Harness, turn: int, forced: dict[str, Any]) -> Trajectory:
         """One replay on the next actor (re-run on a replacement if that actor dies)."""
         return decode(self.call("replay", encode(traj), ray.put(encode(harness)), turn, forced))
+
+
+class _Slots:
+    """A pool's cap on rollouts in flight over all its batches. A batch with none in flight waits for a
+    slot; a batch holding slots takes another only while no batch waits, so none starves."""
+
+    def __init__(self, n: int):
+        self.free, self.waiting, self.cond = n, 0, threading.Condition()
+
+    def take(self, *, wait: bool) -> bool:
+        with self.cond:
+            if wait:
+                self.waiting += 1
+                self.cond.wait_for(lambda: self.free > 0)
+                self.waiting -= 1
+            elif self.waiting or not self.free:
+                return False
+            self.free -= 1
+            return True
+
+    def give(self, n: int) -> None:
+        with self.cond:
+            self.free += n
+            self.cond.notify(n)
 
 
 class _Progress:
