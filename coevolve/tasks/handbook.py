@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
 SNIPPET_CHARS = 240
 
 
-def _stem_all(words: list[str]) -> list[str]:
+def stem_words(words: list[str]) -> list[str]:
     """English Snowball stems, so that 'anomalies' meets 'anomaly' and 'overrides' meets 'override'."""
+    return [_stem(w) for w in words]
+
+
+@cache
+def _stem(word: str) -> str:
+    """One word's stem, computed once per process (the handbooks' and the tasks' vocabulary is small)."""
     import snowballstemmer
 
-    return snowballstemmer.stemmer("english").stemWords(words)
+    return snowballstemmer.stemmer("english").stemWord(word)
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ class Handbook:
 
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
-        tokens = bm25s.tokenize([query], stopwords="en", stemmer=_stem_all, return_ids=False, show_progress=False)
+        tokens = bm25s.tokenize([query], stopwords="en", stemmer=stem_words, return_ids=False, show_progress=False)
         index = self._index
         known = [t for t in tokens[0] if t in self._vocab]
         if not known:
@@ -106,7 +112,7 @@ class Handbook:
         import bm25s
 
         corpus = [f"{s.title}\n{s.text}" for s in self.sections]
-        tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=_stem_all, return_ids=False, show_progress=False)
+        tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=stem_words, return_ids=False, show_progress=False)
         self._vocab = {t for doc in tokens for t in doc}
         retriever = bm25s.BM25()
         retriever.index(tokens, show_progress=False)

@@ -36,6 +36,7 @@ from coevolve.agents.handbook_tools import handbook_call, handbook_calls, rank_s
 from coevolve.agents.transcript import payload_from_messages
 from coevolve.analysis.rollouts import decoded, reads_only
 from coevolve.errors import BadInput
+from coevolve.tasks.handbook import stem_words
 from coevolve.testbed.policy import PROFILES, SyntheticPolicy, SyntheticReply
 
 ROLE_HEADER = re.compile(r"^ROLE: ([a-z-]+)")
@@ -67,10 +68,7 @@ def answer(role: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]
 
 # ------------------------------------------------------------------ the judge
 def _words(text: str) -> set[str]:
-    import snowballstemmer
-
-    stemmer = snowballstemmer.stemmer("english")
-    return {w for w in stemmer.stemWords(re.findall(r"[a-z]{3,}", text.lower())) if w not in STOP}
+    return {w for w in stem_words(re.findall(r"[a-z]{3,}", text.lower())) if w not in STOP}
 
 
 def _call_words(call: dict[str, Any]) -> set[str]:

@@ -73,7 +73,7 @@ def _note(env: WebsiteEnv, href: str) -> str:
         return ""
     if href in env.redirects:
         return " (a redirect)"
-    if any(env.path(pid) == href for pid in env.pages):
+    if href in env.paths().values():
         return " (not a published page)"
     return " (no page there)"
 

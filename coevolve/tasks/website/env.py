@@ -60,18 +60,23 @@ class WebsiteEnv(TaskEnv):
 
     # ---- helpers
     def path(self, pid: int) -> str:
-        return _path({q: (p["slug"], p["parent"]) for q, p in self.pages.items()}, pid)
+        return self.paths()[pid]
+
+    def paths(self) -> dict[int, str]:
+        """Every page's path, from one read of the page tree."""
+        tree = {q: (p["slug"], p["parent"]) for q, p in self.pages.items()}
+        return {pid: _path(tree, pid) for pid in self.pages}
 
     def _by_path(self) -> dict[str, int]:
-        return {self.path(pid): pid for pid in self.pages}
+        return {path: pid for pid, path in self.paths().items()}
 
     def live_paths(self) -> set[str]:
-        return {self.path(pid) for pid, p in self.pages.items() if p["status"] == "published"}
+        return {path for pid, path in self.paths().items() if self.pages[pid]["status"] == "published"}
 
     def broken_links(self) -> list[tuple[str, str]]:
         """Internal links (page bodies of published pages, menus) that do not lead straight to a
         published page."""
-        live = self.live_paths()
+        live, paths = self.live_paths(), self.paths()
         out = []
         for pid, p in sorted(self.pages.items()):
             if p["status"] != "published":
@@ -81,9 +86,9 @@ class WebsiteEnv(TaskEnv):
                     continue
                 if bang or href.startswith("/media/"):
                     if href not in self.media:
-                        out.append((self.path(pid), href))
+                        out.append((paths[pid], href))
                 elif href not in live:
-                    out.append((self.path(pid), href))
+                    out.append((paths[pid], href))
         for name, items in self.menus.items():
             for it in items:
                 for node in (it, *it["children"]):
@@ -95,10 +100,11 @@ class WebsiteEnv(TaskEnv):
     def tool_list_pages(self) -> str:
         """List every CMS page: id, path, title, status, last update and SEO title."""
         lines = ["id | path | title | status | updated | seo_title"]
-        for pid in sorted(self.pages, key=lambda q: self.path(q)):
+        paths = self.paths()
+        for pid in sorted(self.pages, key=paths.__getitem__):
             p = self.pages[pid]
             lines.append(
-                f"{pid} | {self.path(pid)} | {p['title']} | {p['status']} | {p['updated']} | {p['seo_title']}"
+                f"{pid} | {paths[pid]} | {p['title']} | {p['status']} | {p['updated']} | {p['seo_title']}"
             )
         return "\n".join(lines) + f"\n({len(self.pages)} pages)"
 
@@ -111,12 +117,13 @@ class WebsiteEnv(TaskEnv):
             hint = f" (it redirects to {self.redirects[path][0]})" if path in self.redirects else ""
             raise ToolArgError(f"no page at {path[:200]!r}{hint}")
         p = self.pages[pid]
-        kids = sorted(self.path(c) for c, q in self.pages.items() if q["parent"] == pid)
-        parent = self.path(p["parent"]) if p["parent"] in self.pages else "(none)"
+        paths = self.paths()
+        kids = sorted(paths[c] for c, q in self.pages.items() if q["parent"] == pid)
+        parent = paths[p["parent"]] if p["parent"] in self.pages else "(none)"
         return "\n".join(
             [
                 f"id: {pid}",
-                f"path: {self.path(pid)}",
+                f"path: {paths[pid]}",
                 f"title: {p['title']}",
                 f"slug: {p['slug']}",
                 f"status: {p['status']}",
@@ -321,7 +328,8 @@ class WebsiteEnv(TaskEnv):
         if not hits:
             return f"no page is titled {title.strip()[:100]!r}"
         lines = [f"pages titled {title.strip()[:100]!r}: id | path | status | updated"]
-        lines += [f"{pid} | {self.path(pid)} | {self.pages[pid]['status']} | {self.pages[pid]['updated']}" for pid in hits]
+        paths = self.paths()
+        lines += [f"{pid} | {paths[pid]} | {self.pages[pid]['status']} | {self.pages[pid]['updated']}" for pid in hits]
         return "\n".join(lines)
 
     def tool_page_tree(self, path: SitePath) -> str:
@@ -335,8 +343,9 @@ class WebsiteEnv(TaskEnv):
             kids = [q for q, p in self.pages.items() if p["parent"] == cur]
             out += kids
             stack += kids
-        below = sorted(self.path(q) for q in out)
-        return f"{self.path(pid)} (id {pid}) and its {len(below)} descendant page{'s' if len(below) != 1 else ''}: " + (
+        paths = self.paths()
+        below = sorted(paths[q] for q in out)
+        return f"{paths[pid]} (id {pid}) and its {len(below)} descendant page{'s' if len(below) != 1 else ''}: " + (
             ", ".join(below) or "none"
         )
 
@@ -345,7 +354,8 @@ class WebsiteEnv(TaskEnv):
         it and the redirects whose target it is."""
         target = self._path_arg(path)
         pattern = re.compile(r"\]\(" + re.escape(target) + r"\)")
-        pages = sorted(self.path(pid) for pid, p in self.pages.items() if pattern.search(p["body"]))
+        paths = self.paths()
+        pages = sorted(paths[pid] for pid, p in self.pages.items() if pattern.search(p["body"]))
         items = [f"{name}: {node['label']!r}" for name, its in self.menus.items() for it in its
                  for node in (it, *it["children"]) if node["target"] == target]  # fmt: skip
         reds = sorted(f for f, (t, _) in self.redirects.items() if t == target)
