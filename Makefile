@@ -35,7 +35,10 @@ $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 sandbox:
 	test -x /usr/bin/bwrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)
 
-# The main job on the embedded default: local Ray, synthetic models, all seven families, ends with the report.
+# The main job on the embedded default: local Ray, synthetic models, all seven families (at once), ends with the
+# report. On one quiet 2-core machine (2026-12-07), the run alone: 466 s with the families one after another,
+# 387 s at once, 284 s once the testbed stopped re-stemming its handbooks (510 CPU-seconds: CPU-bound), each
+# with the same 6,288 rollouts and results; the install before it took 46 s on a fresh machine.
 demo: $(STAMP) sandbox
 	$(BIN)/coevolve run local
 
@@ -45,8 +48,9 @@ demo: $(STAMP) sandbox
 # compiled modules at the start (2026-12-07): 19 min 40 s before the module cache, 16 min 26 s with it,
 # 15 min 08 s with worksteal and the CLI eval fixture on one pool (2,258 passed, 1 skipped); later the same
 # day, 14 min 51 s for 2,263 passed, 2 skipped, using 22 CPU-minutes (so the suite now computes more than it
-# waits: actor starts, each importing litellm, are its largest cost); the same suite took 8-21 min on other
-# 2-core machines (CI: 736 s, 989 s and 1,290 s).
+# waits: actor starts, each importing litellm, are its largest cost); 13 min 38 s and 19.5 CPU-minutes for
+# 2,266 passed, 2 skipped once the testbed stemmed each word once; the same suite took 8-21 min on other
+# 2-core machines (CI: 736 s, 989 s, 984 s and 1,290 s).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
