@@ -100,7 +100,7 @@ class Steps:
         self.alpha = alpha
         self.before_cell = before_cell
         self.done: dict[str, dict[str, Any]] = {e.payload["cell"]: e.payload for e in journal.events(run_id, "cell")}
-        self._lock = threading.RLock()  # the spend and the infrastructure count: a schedule may run cells at once
+        self._lock = threading.Lock()  # the spend and the infrastructure count: a schedule may run cells at once
         spent = [e.payload for e in journal.events(run_id, "spend")]
         self.spend = RunSpend(seconds_before=spent[-1]["seconds"] if spent else 0.0)
         self.spend.proposer_usd = sum(self._proposer_usd(c) for k, c in self.done.items() if k.startswith("evolve:"))
