@@ -60,12 +60,15 @@ class WebsiteEnv(TaskEnv):
 
     # ---- helpers
     def path(self, pid: int) -> str:
-        return self.paths()[pid]
+        return _path(self._tree(), pid)
 
     def paths(self) -> dict[int, str]:
         """Every page's path, from one read of the page tree."""
-        tree = {q: (p["slug"], p["parent"]) for q, p in self.pages.items()}
+        tree = self._tree()
         return {pid: _path(tree, pid) for pid in self.pages}
+
+    def _tree(self) -> dict[int, tuple[str, int | None]]:
+        return {q: (p["slug"], p["parent"]) for q, p in self.pages.items()}
 
     def _by_path(self) -> dict[str, int]:
         return {path: pid for pid, path in self.paths().items()}
