@@ -260,8 +260,6 @@ def _end(pids: set[int], grace_s: float = STOP_GRACE_S) -> list[int]:
     return sorted(p for p in pids if _alive(p))
 
 
-
-
 def stop_local_head(store: Path, grace_s: float = STOP_GRACE_S) -> bool:
     """Stop every process of the store's local head (only those: other Ray clusters are left alone),
     whatever its runs are doing: SIGTERM, up to `grace_s` for them to end, then SIGKILL of what remains

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,10 @@ def stem_words(words: list[str]) -> list[str]:
     return [_stem(w) for w in words]
 
 
-@cache
+@lru_cache(maxsize=1 << 16)
 def _stem(word: str) -> str:
-    """One word's stem, computed once per process (the handbooks' and the tasks' vocabulary is small)."""
+    """One word's stem, kept for the process's next use of it (the handbooks' and the tasks' vocabulary is
+    small; the bound holds a long run's queries in real models' words)."""
     import snowballstemmer
 
     return snowballstemmer.stemmer("english").stemWord(word)

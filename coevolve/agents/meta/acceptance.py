@@ -191,8 +191,6 @@ class FamilyRule:
         }
 
 
-
-
 def min_wins(rule: FamilyRule, pairs: int) -> int | None:
     """The fewest wins (with no loss) among `pairs` paired outcomes that `rule` accepts, or None when
     even all `pairs` won cannot reach its threshold. For the sign test this is the m with
