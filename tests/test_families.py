@@ -163,10 +163,23 @@ def rate_over_seeds(instances, harness, model: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def rates(family, val):
-    """Baseline-harness val pass rate of each synthetic model (computed once per family)."""
-    h = family.baseline_harness()
-    return {m: rate_over_seeds(val, h, f"synthetic/{m}") for m in ("expert", "weak", "finish-only")}
+def baseline(family, val):
+    """`baseline(model, seed)`: the baseline harness's val rollouts, rolled out once per family."""
+    rollouts = {}
+
+    def get(model: str, seed: int):
+        if (model, seed) not in rollouts:
+            rollouts[model, seed] = rollout_all(val, family.baseline_harness(), model, seed=seed)
+        return rollouts[model, seed]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def rates(baseline):
+    """Baseline-harness val pass rate of each synthetic model over the lever seeds."""
+    return {m: pass_rate([t for s in LEVER_SEEDS for t in baseline(f"synthetic/{m}", s)])
+            for m in ("expert", "weak", "finish-only")}
 
 
 def test_expert_sits_below_perfect_and_well_above_weak(family, rates):
@@ -195,22 +208,22 @@ def test_handbook_passages_work_like_the_catalogue(family, val, rates):
     assert rate_over_seeds(val, harness, "synthetic/weak") >= rates["weak"] + 0.15
 
 
-def test_validation_hook_reduces_weak_tool_use_failures(family, val):
-    base = family.baseline_harness()
-    hooked = apply_edit(base, HarnessEdit((AddHook(HookSpec("before_call", "validate_args")),)))
-    before = [t for s in LEVER_SEEDS for t in rollout_all(val, base, "synthetic/weak", seed=s)]
+def test_validation_hook_reduces_weak_tool_use_failures(family, val, baseline):
+    hooked = apply_edit(family.baseline_harness(), HarnessEdit((AddHook(HookSpec("before_call", "validate_args")),)))
+    before = [t for s in LEVER_SEEDS for t in baseline("synthetic/weak", s)]
     after = [t for s in LEVER_SEEDS for t in rollout_all(val, hooked, "synthetic/weak", seed=s)]
     assert failure_causes(after).get("tool-use", 0) < failure_causes(before).get("tool-use", 0)
     assert any("hook:validate_args" in e for t in after for turn in t.turns for e in turn.events)
 
 
-def test_weak_model_has_instances_at_the_capability_boundary(family, val):
-    trajs = [t for s in range(4) for t in rollout_all(val[:25], family.baseline_harness(), "synthetic/weak", seed=s)]
+def test_weak_model_has_instances_at_the_capability_boundary(family, val, baseline):
+    first = [t for s in LEVER_SEEDS for t in baseline("synthetic/weak", s)[:25]]
+    trajs = first + [t for s in (2, 3) for t in rollout_all(val[:25], family.baseline_harness(), "synthetic/weak", seed=s)]
     assert rate_of(trajs).boundary_share >= 0.1
 
 
-def test_failed_weak_rollouts_carry_their_answer_key(family, val):
-    trajs = rollout_all(val, family.baseline_harness(), "synthetic/weak")
+def test_failed_weak_rollouts_carry_their_answer_key(family, baseline):
+    trajs = baseline("synthetic/weak", 0)
     failed = [t for t in trajs if not t.passed and t.error != "infra"]
     assert failed
     keyed = with_counterfactuals(failed, family.baseline_harness(), client=Gateway())  # computed by analysis, not the rollout

@@ -263,6 +263,9 @@ def test_payroll_data_is_read_only_and_tampering_is_detected():
     outcome = FAM.check(env)
     assert not outcome.passed and outcome.score == 0.0
     assert set(failed(outcome)) == {"payroll_data_unchanged"}
+    # each env has its own copy of the world's tables: the next rollout of the instance starts untouched
+    again = solved_env(FAM, inst)
+    assert FAM.check(again).passed and env.initial_fingerprint == again.fingerprint() != env.fingerprint()
 
 
 def test_sql_errors_are_observations_and_multi_statement_works():

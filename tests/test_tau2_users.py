@@ -84,14 +84,13 @@ def test_no_stage_direction_is_ever_said(seed: int) -> None:
 
     checked = 0
     for domain, tid, sc in all_scenarios():
-        directions = stage_directions(sc)
-        said = talk(sc, seed, PROBE)
-        for line in said:
+        forms = [(frag, norm(form)) for frag in stage_directions(sc) for form in (frag, first_person(frag))]
+        for line in talk(sc, seed, PROBE):
             assert not re.search(r"\bagent\b|insist|persist|reveal", line, re.IGNORECASE), (domain, tid, line)
-            for frag in directions:
-                for form in (frag, first_person(frag)):
-                    assert norm(form) not in norm(line), (domain, tid, frag, line)
-                    checked += 1
+            said = norm(line)
+            for frag, form in forms:
+                assert form not in said, (domain, tid, frag, line)
+                checked += 1
     assert checked > 500
 
 

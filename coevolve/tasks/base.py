@@ -16,8 +16,10 @@ import random
 import re
 import sqlite3
 import sys
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -168,6 +170,34 @@ READ_ONLY_SQL = frozenset(
 def read_only_authorizer(action: int, *_: Any) -> int:
     """For `sqlite3.Connection.set_authorizer`: plain reads only (no writes, no PRAGMA, no ATTACH)."""
     return sqlite3.SQLITE_OK if action in READ_ONLY_SQL else sqlite3.SQLITE_DENY
+
+
+_WORLD_MEMO: dict[tuple[int, str], Any] = {}
+
+
+def world_memo(world: Any, name: str, make: Callable[[], Any]) -> Any:
+    """`make()`, computed once per world object and name, kept while the world lives."""
+    key = (id(world), name)
+    if key not in _WORLD_MEMO:
+        _WORLD_MEMO[key] = make()
+        weakref.finalize(world, _WORLD_MEMO.pop, key, None)
+    return _WORLD_MEMO[key]
+
+
+def read_only_db(world: Any, create_tables: Callable[[sqlite3.Connection, Any], None]) -> sqlite3.Connection:
+    """One env's own in-memory database of the world's tables, open to plain reads only
+    (`read_only_authorizer`): `create_tables(db, world)` fills them once per world, each env gets a copy."""
+
+    def image() -> bytes:
+        with closing(sqlite3.connect(":memory:")) as db:
+            create_tables(db, world)
+            db.commit()
+            return db.serialize()
+
+    db = sqlite3.connect(":memory:", check_same_thread=False)
+    db.deserialize(world_memo(world, "sqlite", image))
+    db.set_authorizer(read_only_authorizer)
+    return db
 
 
 FINISH_TOOL = tool_spec(TaskEnv.tool_finish, required_always=True)

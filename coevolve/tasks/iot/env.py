@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Annotated, Any
 
-from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, read_only_authorizer
+from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, read_only_db
 from coevolve.tasks.iot.world import IotWorld, _fmt
 from coevolve.tasks.tools import Param, tool_specs
 from coevolve.values import TaskInstance, ToolSpec
@@ -15,23 +15,20 @@ Machine = Annotated[str, Param(description="a machine code such as M01")]
 Sensor = Annotated[str, Param(description="a sensor name such as temperature")]
 
 
+def create_tables(db: sqlite3.Connection, world: IotWorld) -> None:
+    db.execute("CREATE TABLE readings (machine TEXT, sensor TEXT, ts TEXT, value REAL)")
+    db.executemany(
+        "INSERT INTO readings VALUES (?, ?, ?, ?)",
+        [(m, s, world.timestamps[i], v) for (m, s), vals in world.readings.items() for i, v in enumerate(vals)],
+    )
+
+
 class IotEnv(TaskEnv):
     def __init__(self, instance: TaskInstance, world: IotWorld):
         super().__init__(instance)
         self.world = world
         self.objects: dict[str, str] = {}
-        self.db = sqlite3.connect(":memory:", check_same_thread=False)
-        self.db.execute("CREATE TABLE readings (machine TEXT, sensor TEXT, ts TEXT, value REAL)")
-        self.db.executemany(
-            "INSERT INTO readings VALUES (?, ?, ?, ?)",
-            [
-                (m, s, world.timestamps[i], v)
-                for (m, s), vals in world.readings.items()
-                for i, v in enumerate(vals)
-            ],
-        )
-        self.db.commit()
-        self.db.set_authorizer(read_only_authorizer)
+        self.db = read_only_db(world, create_tables)
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return (*TOOLS, FINISH_TOOL, *HELPER_TOOLS)

@@ -11,7 +11,15 @@ import sqlite3
 import time
 from typing import Annotated, Any
 
-from coevolve.tasks.base import FINISH_TOOL, TaskEnv, ToolArgError, ToolResult, read_only_authorizer
+from coevolve.tasks.base import (
+    FINISH_TOOL,
+    TaskEnv,
+    ToolArgError,
+    ToolResult,
+    read_only_authorizer,
+    read_only_db,
+    world_memo,
+)
 from coevolve.tasks.payroll.world import (
     HOLIDAY_MULT,
     OT_MULT,
@@ -128,32 +136,30 @@ def parse_report(raw: str) -> list[tuple[tuple[str, str, str], float]]:
     return out
 
 
+def create_tables(db: sqlite3.Connection, world: PayrollWorld) -> None:
+    for table in TABLES:
+        db.execute(f"CREATE TABLE {table} ({SCHEMA[table]})")
+    db.executemany(
+        "INSERT INTO employees VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(e.id, e.name, e.pay_type, e.state, e.rate, e.status, e.termination_date, e.health_plan, e.k401_pct)
+         for e in world.employees],
+    )  # fmt: skip
+    db.executemany("INSERT INTO pay_rates VALUES (?, ?, ?)", [(e.id, eff, r) for e in world.employees for eff, r in e.rates])
+    db.executemany("INSERT INTO timesheets VALUES (?, ?, ?, ?)", world.timesheets)
+    db.executemany(
+        "INSERT INTO pay_stubs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [tuple(getattr(s, f) for f in Stub.__dataclass_fields__) for s in world.stubs],
+    )
+
+
 class PayrollEnv(TaskEnv):
     def __init__(self, instance: TaskInstance, world: PayrollWorld):
         super().__init__(instance)
         self.world = world
         self.report: str | None = None
         self.outbox: list[dict[str, Any]] = []
-        self.db = sqlite3.connect(":memory:", check_same_thread=False)
-        for table in TABLES:
-            self.db.execute(f"CREATE TABLE {table} ({SCHEMA[table]})")
-        self.db.executemany(
-            "INSERT INTO employees VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(e.id, e.name, e.pay_type, e.state, e.rate, e.status, e.termination_date, e.health_plan, e.k401_pct)
-             for e in world.employees],
-        )  # fmt: skip
-        self.db.executemany(
-            "INSERT INTO pay_rates VALUES (?, ?, ?)",
-            [(e.id, eff, r) for e in world.employees for eff, r in e.rates],
-        )
-        self.db.executemany("INSERT INTO timesheets VALUES (?, ?, ?, ?)", world.timesheets)
-        self.db.executemany(
-            "INSERT INTO pay_stubs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [tuple(getattr(s, f) for f in Stub.__dataclass_fields__) for s in world.stubs],
-        )
-        self.db.commit()
-        self.initial_fingerprint = self.fingerprint()
-        self.db.set_authorizer(read_only_authorizer)
+        self.db = read_only_db(world, create_tables)
+        self.initial_fingerprint = world_memo(world, "fingerprint", self.fingerprint)
 
     def fingerprint(self) -> str:
         self.db.set_authorizer(None)
