@@ -38,7 +38,9 @@ sandbox:
 # The main job on the embedded default: local Ray, synthetic models, all seven families (at once), ends with the
 # report. On one quiet 2-core machine (2026-12-07), the run alone: 466 s with the families one after another,
 # 387 s at once, 284 s once the testbed stopped re-stemming its handbooks (510 CPU-seconds: CPU-bound), each
-# with the same 6,288 rollouts and results; the install before it took 46 s on a fresh machine.
+# with the same 6,288 rollouts and results; the install before it took 46 s on a fresh machine. The same run
+# took 317 s (573 CPU-seconds) and 430 s on the same machine later the same day: these machines' speed varies
+# by a third. About 3/4 of a synthetic rollout's CPU is litellm's own per-call work (docs/ARCHITECTURE.md §5).
 demo: $(STAMP) sandbox
 	$(BIN)/coevolve run local
 
@@ -48,9 +50,11 @@ demo: $(STAMP) sandbox
 # compiled modules at the start (2026-12-07): 19 min 40 s before the module cache, 16 min 26 s with it,
 # 15 min 08 s with worksteal and the CLI eval fixture on one pool (2,258 passed, 1 skipped); later the same
 # day, 14 min 51 s for 2,263 passed, 2 skipped, using 22 CPU-minutes (so the suite now computes more than it
-# waits: actor starts, each importing litellm, are its largest cost); 13 min 38 s and 19.5 CPU-minutes for
-# 2,266 passed, 2 skipped once the testbed stemmed each word once; the same suite took 8-21 min on other
-# 2-core machines (CI: 736 s, 989 s, 984 s and 1,290 s).
+# waits); 13 min 38 s and 19.5 CPU-minutes for
+# 2,266 passed, 2 skipped once the testbed stemmed each word once; later 12 min 49 s, and 14 min 12 s with
+# both cores busy 197% of the time on average (so only less CPU makes it faster: the three test processes
+# use about 80% of it, Ray's actors the rest); the same suite took 8-21 min on other 2-core machines (CI:
+# 736 s, 787 s, 989 s, 984 s and 1,290 s).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
