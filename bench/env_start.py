@@ -1,6 +1,6 @@
-"""CPU to start one rollout's environment of the sqlite families (payroll, iot), measured in one run: each env
-a copy of its world's tables, built once per world (`tasks.base.read_only_db`), against each env building and
-filling its tables itself (and payroll fingerprinting them), as every env did before.
+"""CPU to start one rollout's environment of the sqlite families (payroll, iot), measured in one run: the whole
+`make_env`, whose tables are a copy of its world's, built once per world (`tasks.base.read_only_db`), against
+building and filling the tables alone (and payroll's fingerprint of them), once per env.
 
 Usage: python bench/env_start.py [--instances 20] [--repeats 10] [--json]
 """
@@ -21,7 +21,7 @@ from coevolve.tasks.payroll.env import create_tables as payroll_tables
 
 
 def built_per_env(family: str, world: object) -> None:
-    """What an env's start cost when it built its own tables: create and fill them, payroll's fingerprint."""
+    """Create and fill one env's tables itself, and for payroll fingerprint them."""
     with closing(sqlite3.connect(":memory:")) as db:
         (payroll_tables if family == "payroll" else iot_tables)(db, world)
         db.commit()
