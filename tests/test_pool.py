@@ -146,3 +146,34 @@ def test_actors_with_room_that_start_too_slowly_are_told_apart_from_actors_the_c
     while ray.available_resources().get("CPU", 0) < free and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ray.available_resources().get("CPU", 0) >= free  # both were killed
+
+
+class _Started:
+    def __init__(self, barrier: threading.Barrier | None = None):
+        if barrier is not None:
+            barrier.wait()  # returns only once every maker is in here: the pools start at once
+        self.shut = False
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+def test_start_pools_starts_every_pool_at_once():
+    barrier = threading.Barrier(3, timeout=10)  # one after another, the first maker would wait here alone
+    pools = base.start_pools(*(lambda: _Started(barrier) for _ in range(3)), lambda: None)
+    assert len(pools) == 4 and pools[3] is None and not any(p.shut for p in pools[:3])
+
+
+def test_start_pools_shuts_down_the_started_pools_when_one_fails():
+    started = []
+
+    def ok():
+        started.append(_Started())
+        return started[-1]
+
+    def fails():
+        raise base.ActorsNotReady("1 of 1 judge actors did not start")
+
+    with pytest.raises(base.ActorsNotReady, match="judge actors did not start"):
+        base.start_pools(ok, fails, lambda: None, ok)
+    assert len(started) == 2 and all(p.shut for p in started)

@@ -71,6 +71,7 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
     a build that finished returns its dataset: a finished step is not redone."""
     from coevolve.cluster.runtime import start_ray
     from coevolve.services.pools.backend import RayBackend
+    from coevolve.services.pools.base import start_pools
     from coevolve.services.pools.roles import RolePool
     from coevolve.services.pools.rollouts import RolloutPool
     from coevolve.store.datasets import write_dataset
@@ -91,12 +92,11 @@ def build_dataset(req: BuildRequest, store_path: Path, *, resume: str | None = N
     store.put_harness(harness, rationale="dataset build harness")
     done = {e.payload["trajectory"]: e.payload["row"] for e in store.events(run_id, "correction")}
     start_ray(req.address)
-    pool = RolloutPool(req.workers, max_in_flight=req.in_flight)
-    judges = experts = None
+    correction = cfg.arm == "correction"
+    pool, judges, experts = start_pools(lambda: RolloutPool(req.workers, max_in_flight=req.in_flight),
+                                        lambda: RolePool("judge", cfg.judge, req.workers) if correction else None,
+                                        lambda: RolePool("expert", cfg.expert, req.workers) if correction else None)
     try:
-        if cfg.arm == "correction":
-            judges = RolePool("judge", cfg.judge, req.workers)
-            experts = RolePool("expert", cfg.expert, req.workers)
         builder = DatasetBuilder(
             cfg, harness, get_family(cfg.family).generate("train"), RayBackend(pool, judges, experts),
             journal=lambda kind, payload: store.append_event(run_id, kind, payload), done=done, on_progress=progress,
@@ -225,6 +225,7 @@ def judge_accuracy(store_path: Path, families: str | list[str], judge: str, *, m
     from coevolve.cluster.runtime import start_ray
     from coevolve.codec import decode, encode
     from coevolve.services.gateway import Gateway
+    from coevolve.services.pools.base import start_pools
     from coevolve.services.pools.roles import RolePool
     from coevolve.services.pools.rollouts import RolloutJob, RolloutPool
     from coevolve.store.store import HarnessStore
@@ -241,8 +242,7 @@ def judge_accuracy(store_path: Path, families: str | list[str], judge: str, *, m
     for h in harnesses.values():
         store.put_harness(h, rationale="judge accuracy harness")
     start_ray(address)
-    pool = RolloutPool(workers)
-    judges = RolePool("judge", judge, workers)
+    pool, judges = start_pools(lambda: RolloutPool(workers), lambda: RolePool("judge", judge, workers))
     per_family: dict[str, dict[str, Any]] = {}
     try:
         jobs = [RolloutJob(i, harnesses[f], model, seed + r)

@@ -130,12 +130,14 @@ class Experiment:
         from coevolve.cluster.runtime import start_ray
         from coevolve.pipeline import Models, Steps
         from coevolve.services.pools.backend import RayBackend, StoreTrainer
+        from coevolve.services.pools.base import start_pools
         from coevolve.services.pools.roles import RolePool
         from coevolve.services.pools.rollouts import RolloutPool
 
         cfg = self.cfg
         start_ray(address)
-        pools = [RolloutPool(cfg.workers), RolePool("judge", cfg.judge, cfg.workers), RolePool("expert", cfg.expert, cfg.workers)]
+        pools = start_pools(lambda: RolloutPool(cfg.workers), lambda: RolePool("judge", cfg.judge, cfg.workers),
+                            lambda: RolePool("expert", cfg.expert, cfg.workers))
         try:
             trainer = StoreTrainer(self.store, cfg.train.base or cfg.weak, cfg.train.backend, cfg.train.train_config())
             backend = RayBackend(*pools, proposer=cfg.proposer, trainer=trainer)

@@ -126,16 +126,20 @@ class MetaAgent:
     def _cycles(self, store: Any) -> dict[str, Any]:
         from coevolve.pipeline import CoEvolution
         from coevolve.services.pools.backend import RayBackend, StoreTrainer
+        from coevolve.services.pools.base import start_pools
         from coevolve.services.pools.roles import RolePool
         from coevolve.services.pools.rollouts import PoolEvaluator, RolloutPool
 
         p = self.profile
-        executor = self.pools["executor"] = RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus,
-                                                        resources=p.weak.resources or None, max_in_flight=p.weak.in_flight)
-        judges = self.pools["judge"] = RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus,
-                                                resources=p.judge.resources or None)
-        experts = self.pools["expert"] = RolePool("expert", p.expert.model, p.expert.workers, num_cpus=p.expert.num_cpus,
-                                                  resources=p.expert.resources or None)
+        executor, judges, experts = start_pools(
+            lambda: RolloutPool(p.weak.workers, num_cpus=p.weak.num_cpus, resources=p.weak.resources or None,
+                                max_in_flight=p.weak.in_flight),
+            lambda: RolePool("judge", p.judge.model, p.judge.workers, num_cpus=p.judge.num_cpus,
+                             resources=p.judge.resources or None),
+            lambda: RolePool("expert", p.expert.model, p.expert.workers, num_cpus=p.expert.num_cpus,
+                             resources=p.expert.resources or None),
+        )
+        self.pools.update(executor=executor, judge=judges, expert=experts)
         trainer = StoreTrainer(store, p.train.base or p.weak.model, p.train.backend, p.train.train_config())
         backend = RayBackend(executor, judges, experts, proposer=p.proposer, trainer=trainer,
                              evaluate=self.meter.wrap(PoolEvaluator(executor).evaluate))

@@ -13,7 +13,8 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -285,6 +286,26 @@ class ActorPool:
             ray.kill(a)
         self.actors = []
         self._nodes.clear()
+
+
+def start_pools(*makers: Callable[[], ActorPool | None]) -> list[Any]:
+    """The pools the makers build (None where a maker builds none), started at once: each pool's actors
+    start while the others' do (each actor imports the model libraries), instead of one pool after
+    another. If any fails to start, the ones that started are shut down and its error is raised."""
+    with ThreadPoolExecutor(len(makers)) as ex:
+        futures = [ex.submit(make) for make in makers]
+    pools, errors = [], []
+    for f in futures:
+        try:
+            pools.append(f.result())
+        except BaseException as e:  # noqa: BLE001 - raised below, once the others are shut down
+            errors.append(e)
+    if errors:
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown()
+        raise errors[0]
+    return pools
 
 
 def _kill_quietly(actor: Any) -> None:
