@@ -19,7 +19,7 @@ venv: $(STAMP)
 UV := $(BIN)/uv pip
 
 # pip installs torch's pinned CPU build (the wheel this machine keeps for pip; uv does not look there) and uv;
-# uv resolves and installs the rest against that torch, in parallel: 46 s on a fresh machine (2026-12-06;
+# uv resolves and installs the rest against that torch, in parallel: 45-50 s on a fresh machine (2026-12-07;
 # pip alone took about 4 minutes).
 $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,26 +38,22 @@ $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 sandbox:
 	test -x /usr/bin/bwrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)
 
-# The main job on the embedded default: local Ray, synthetic models, all seven families (at once), ends with the
-# report. On one quiet 2-core machine (2026-12-07), the run alone: 466 s with the families one after another,
-# 387 s at once, 284 s once the testbed stopped re-stemming its handbooks (510 CPU-seconds: CPU-bound), each
-# with the same 6,288 rollouts and results; the install before it took 46 s on a fresh machine. The same run
-# took 317 s (573 CPU-seconds) and 430 s on the same machine later the same day: these machines' speed varies
-# by a third. About 3/4 of a synthetic rollout's CPU is litellm's own per-call work (docs/ARCHITECTURE.md §5).
+# The main job on the embedded default: local Ray, synthetic models, all seven families at once; it ends with
+# the report. 6,288 rollouts, CPU-bound on 2 cores: about 3/4 of a synthetic rollout's CPU is litellm's own
+# per-call work (docs/ARCHITECTURE.md §5). On one 2-core machine, 2026-12-07, a fresh clone with the install:
+# 5 min 01 s (install 50 s, run 242 s), 5 min 07 s and 5 min 09 s. The run alone took 250-430 s that day:
+# these machines' speed varies by a third.
 demo: $(STAMP) sandbox
 	$(BIN)/coevolve run local
 
 # `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each, in 3 pytest-xdist
-# workers: most tests wait (on Ray actors, subprocesses, servers), so 3 workers on 2 cores overlap the
-# waits, and an idle worker takes queued tests from a busy one (worksteal). On one 2-core machine, no
-# compiled modules at the start (2026-12-07): 19 min 40 s before the module cache, 16 min 26 s with it,
-# 15 min 08 s with worksteal and the CLI eval fixture on one pool (2,258 passed, 1 skipped); later the same
-# day, 14 min 51 s for 2,263 passed, 2 skipped, using 22 CPU-minutes (so the suite now computes more than it
-# waits); 13 min 38 s and 19.5 CPU-minutes for
-# 2,266 passed, 2 skipped once the testbed stemmed each word once; later 12 min 49 s, and 14 min 12 s with
-# both cores busy 197% of the time on average (so only less CPU makes it faster: the three test processes
-# use about 80% of it, Ray's actors the rest); the same suite took 8-21 min on other 2-core machines (CI:
-# 736 s, 787 s, 989 s, 984 s and 1,290 s).
+# workers with worksteal: 3 processes on 2 cores overlap the tests that wait (on Ray actors, subprocesses,
+# servers). The suite is CPU-bound: both cores were 197% busy on average in one run. The test processes use
+# about 80% of its CPU, Ray's actors the rest. On one 2-core machine, 2026-12-07, 2,267 passed and 1 skipped:
+# - 12 min 05 s from a fresh clone with the install (11 min 17 s of pytest);
+# - 10 min 55 s in a warm checkout;
+# - 12 min 49 s to 16 min 46 s earlier that day.
+# On other 2-core machines it took 8-21 min (CI: 736-1,290 s).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
