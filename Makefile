@@ -49,8 +49,8 @@ demo: $(STAMP) sandbox
 # `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each, in 3 pytest-xdist
 # workers with worksteal: 3 processes on 2 cores overlap the tests that wait (on Ray actors, subprocesses,
 # servers). The suite is CPU-bound: both cores were 197% busy on average in one run. The test processes use
-# about 80% of its CPU, Ray's actors the rest. On one 2-core machine, 2026-12-07, 2,267 passed and 1 skipped:
-# - 12 min 05 s from a fresh clone with the install (11 min 17 s of pytest);
+# about 80% of its CPU, Ray's actors the rest. On one 2-core machine, 2026-12-07, 2,267-2,269 passed, 1 skipped:
+# - 12 min 16 s and 12 min 05 s from a fresh clone with the install (11 min 18 s and 11 min 17 s of pytest);
 # - 10 min 55 s in a warm checkout;
 # - 12 min 49 s to 16 min 46 s earlier that day.
 # On other 2-core machines it took 8-21 min (CI: 736-1,290 s).
