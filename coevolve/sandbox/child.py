@@ -25,21 +25,34 @@ _FRAME = 8 << 20  # largest message between the graded runner and the package's 
 _MESSAGE = 2000  # longest message the runners record for one test
 
 
-def _limits(NPROC, MEM, CPU, FSIZE, NOFILE):
+def _settings(argv):
+    """((MODE, ROOT, BASE, MARK, VIOL, MEM, PER_TEST), the paths) from a run's argv; sets its rlimits."""
+    (MODE, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), rest = argv[:11], argv[11:]
     def _lim(which, value):
         resource.setrlimit(which, (value, value))
-    _lim(resource.RLIMIT_AS, MEM)
-    _lim(resource.RLIMIT_CPU, CPU)
-    _lim(resource.RLIMIT_FSIZE, FSIZE)
+    _lim(resource.RLIMIT_AS, int(MEM))
+    _lim(resource.RLIMIT_CPU, int(CPU))
+    _lim(resource.RLIMIT_FSIZE, int(FSIZE))
     _lim(resource.RLIMIT_CORE, 0)
-    _lim(resource.RLIMIT_NOFILE, NOFILE)
+    _lim(resource.RLIMIT_NOFILE, int(NOFILE))
     _lim(resource.RLIMIT_MSGQUEUE, 0)  # no POSIX message queues (they would outlive the run)
     if NPROC != "-":
         _lim(resource.RLIMIT_NPROC, int(NPROC))
+    return (MODE, os.path.realpath(ROOT), os.path.realpath(BASE), MARK, VIOL, int(MEM), float(PER_TEST)), rest
 
 
 def _inside(full, root):
     return full == root or full.startswith(root + os.sep)
+
+
+def _shown_in(ROOT):
+    """`shown` for `_describe`: a file under ROOT by its path relative to it, any other None."""
+    def shown(name):
+        if name.startswith("<"):
+            return None
+        full = os.path.realpath(name)
+        return os.path.relpath(full, ROOT) if _inside(full, ROOT) else None
+    return shown
 
 
 def _audit_hook(ROOT, BASE, VIOL):
@@ -208,11 +221,7 @@ def _emit(MARK, *rec):
 def _child(argv):
     """The classic runner: the test files (or the script) and the code under test in this one process.
     Its records are the code's own to write: good for the agent's run_tests, never for a grader."""
-    (MODE, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), ARGS = argv[:11], argv[11:]
-    MEM, CPU, FSIZE, NOFILE, PER_TEST = int(MEM), int(CPU), int(FSIZE), int(NOFILE), float(PER_TEST)
-    _limits(NPROC, MEM, CPU, FSIZE, NOFILE)
-    ROOT = os.path.realpath(ROOT)
-    BASE = os.path.realpath(BASE)
+    (MODE, ROOT, BASE, MARK, VIOL, MEM, PER_TEST), ARGS = _settings(argv)
     os.environ["HOME"] = ROOT
     os.environ["TMPDIR"] = os.path.join(ROOT, "tmp")
     hook, _, mark = _audit_hook(ROOT, BASE, VIOL)
@@ -221,14 +230,7 @@ def _child(argv):
     sys.path.insert(0, ROOT)
     os.chdir(ROOT)
     sys.stdout = sys.stderr
-
-    def shown(name):
-        if name.startswith("<"):
-            return None
-        full = os.path.realpath(name)
-        return os.path.relpath(full, ROOT) if _inside(full, ROOT) else None
-
-    _run = _runner(PER_TEST, MEM, VIOL, mark, shown)
+    _run = _runner(PER_TEST, MEM, VIOL, mark, _shown_in(ROOT))
 
     def _load(path):
         name = path[:-3].replace("/", ".")
@@ -401,6 +403,15 @@ def _frame(obj):
     return ("\n" + _json.dumps(obj, ensure_ascii=True) + "\n").encode()  # a leading newline ends any torn line
 
 
+def _parsed(line):
+    """A frame read back: the dict, or None for a line that is not one."""
+    try:
+        frame = _json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return frame if type(frame) is dict else None
+
+
 # ---------------------------------------------------------------------------- the package's process
 def _package_server(rfd, wfd, ROOT, BASE, VIOL, MEM):
     """Untrusted side of a graded run: imports the package and answers the tests' requests (import,
@@ -430,11 +441,7 @@ def _package_server(rfd, wfd, ROOT, BASE, VIOL, MEM):
             raise LookupError("no such object of the package")
         return objs[k]
 
-    def shown(name):
-        if name.startswith("<"):
-            return None
-        full = os.path.realpath(name)
-        return os.path.relpath(full, ROOT) if _inside(full, ROOT) else None
+    shown = _shown_in(ROOT)
 
     def answer(op, req):
         """One request's answer: {"ok": value[, "attrs": ...]} | {"raise": exception} | {"fail": why}."""
@@ -658,11 +665,8 @@ class _Link:
                 raise _Gone(f"the package sent {e}") from None
             if line is None:
                 raise _Gone(self._why_dead())
-            try:
-                frame = _json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if type(frame) is not dict:
+            frame = _parsed(line)
+            if frame is None:
                 continue
             if "ended" in frame and self.session is not None:
                 self._ended(frame["ended"])
@@ -676,11 +680,8 @@ class _Link:
             line = self.lines.line()
             if line is None:
                 break
-            try:
-                frame = _json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if type(frame) is dict and "ended" in frame:
+            frame = _parsed(line)
+            if frame is not None and "ended" in frame:
                 self._ended(frame["ended"])
 
     def _session(self):
@@ -744,11 +745,8 @@ class _Link:
             if line is None:
                 self._why_dead()
                 return
-            try:
-                frame = _json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if type(frame) is dict and "ended" in frame:
+            frame = _parsed(line)
+            if frame is not None and "ended" in frame:
                 self._ended(frame["ended"])
 
     def _key(self, ref):
@@ -812,11 +810,7 @@ def _graded(argv, tsize, packages):
     tests never exist in any memory or file the package's code can reach; it runs the tests itself,
     against references to the package's objects, compares what they return as plain values in its own
     memory, and is the only process holding the record channel. It never runs the package's code."""
-    (_, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), PATHS = argv[:11], argv[11:]
-    MEM, CPU, FSIZE, NOFILE, PER_TEST = int(MEM), int(CPU), int(FSIZE), int(NOFILE), float(PER_TEST)
-    _limits(NPROC, MEM, CPU, FSIZE, NOFILE)
-    ROOT = os.path.realpath(ROOT)
-    BASE = os.path.realpath(BASE)
+    (_, ROOT, BASE, MARK, VIOL, MEM, PER_TEST), PATHS = _settings(argv)
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
     gc.freeze()  # a fork's memory is the parent's until written: keep collections off it
