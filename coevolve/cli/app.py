@@ -112,13 +112,11 @@ def eval_cmd(
     fewer scored runs: `pass_hat_k_cap`). A tau2 family's eval also reports tau2's numbers (`tau2`:
     reward, pass^k, answered_customer, data version) and whether they are comparable with tau2's
     leaderboard (`--split base` under tau2's protocol and LLM user), naming each reason they are not."""
-    from coevolve.jobs import EvalRequest, reference_result, run_eval, validate_eval
+    from coevolve.jobs import EvalRequest, parse_params, reference_result, run_eval, validate_eval
     from coevolve.services.logs import configure_logging
 
     configure_logging(json_lines=log_json or None)
     models = tuple(m.strip() for m in model.split(",") if m.strip())
-    from coevolve.jobs import parse_params
-
     req = EvalRequest(family, split, n, harness, models, workers, seed, address, reference, repeats, parse_params(params), max_in_flight)
     plan = validate_eval(req, store)  # raises on bad input; writes nothing
     from coevolve.jobs import stop_on_signals
@@ -174,15 +172,18 @@ def evolve_cmd(
     log_json: LogJsonOpt = False,
 ) -> None:
     """Evolve a harness around a weak model; ends with the evolved harness id."""
-    from coevolve.agents.meta.loop import Budget, EvolveConfig
-    from coevolve.jobs import run_evolve, validate_model
+    import math
+
+    from coevolve.agents.meta.loop import ON_PLATEAU, SEARCHES, Budget, EvolveConfig
+    from coevolve.agents.meta.race import validate_search
+    from coevolve.cli.display import EvolveProgress, evolve_summary
+    from coevolve.config import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, MAX_TOKENS, check_seed
+    from coevolve.jobs import check_workers, run_evolve, stop_on_signals, use_store, validate_model
     from coevolve.services.logs import configure_logging
+    from coevolve.store.store import is_fresh_store_dir
     from coevolve.tasks import get_family
 
     configure_logging(json_lines=log_json or None)
-    from coevolve.jobs import use_store
-    from coevolve.store.store import is_fresh_store_dir
-
     use_store(store)
     fresh = is_fresh_store_dir(store)  # absent, empty or only the project's subfolders: no store yet
     if not fresh:
@@ -194,22 +195,16 @@ def evolve_cmd(
         fam = get_family(family)
         if not 1 <= val_n <= fam.split_sizes["val"]:
             raise UsageError(f"--val-n must be in 1..{fam.split_sizes['val']} (the val split of {family}), got {val_n}")
-        from coevolve.agents.meta.loop import SEARCHES
-
         if search not in SEARCHES:
             raise UsageError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
         if not 0 < alpha < 1:
             raise UsageError(f"--alpha must be in (0, 1), got {alpha}")
         validate_model(model)
         validate_model(proposer)
-        import math
-
         if min(budget_rollouts, budget_iterations, budget_tokens, workers, val_seeds) <= 0 or not all(
             math.isfinite(x) and x > 0 for x in (budget_usd, budget_seconds)
         ):
             raise UsageError("budgets, --workers and --val-seeds must be positive and finite")
-        from coevolve.config import MAX_CYCLES, MAX_ROLLOUTS, MAX_SIZE, MAX_TOKENS
-
         # a typo (--budget-rollouts 1e26 as digits) is an evolution that never ends, or a number the store cannot encode
         for flag, value, most in (("--budget-rollouts", budget_rollouts, MAX_ROLLOUTS), ("--budget-iterations", budget_iterations, MAX_CYCLES),
                                   ("--budget-tokens", budget_tokens, MAX_TOKENS), ("--plateau", plateau, MAX_CYCLES),
@@ -219,13 +214,8 @@ def evolve_cmd(
                 raise UsageError(f"{flag} must be at most {most:,}, got {value:,}")
         if not 0 <= screen <= MAX_SCREEN:
             raise UsageError(f"--screen must be in 0..{MAX_SCREEN} (0: off), got {screen}")
-        from coevolve.agents.meta.loop import ON_PLATEAU
-
         if on_plateau not in ON_PLATEAU:
             raise UsageError(f"--on-plateau must be one of {', '.join(ON_PLATEAU)}, got {on_plateau!r}")
-        from coevolve.config import check_seed
-        from coevolve.jobs import check_workers
-
         check_seed(seed)
         check_workers(workers, address)
         config = EvolveConfig(
@@ -234,12 +224,7 @@ def evolve_cmd(
             val_seeds=val_seeds, handbook=not no_handbook, search=search,
             budget=Budget(budget_iterations, budget_rollouts, budget_tokens, budget_usd, budget_seconds),
         )
-        from coevolve.agents.meta.race import validate_search
-
         validate_search(config, fam.split_sizes["val"])  # BadInput: one error line (cli_errors)
-    from coevolve.cli.display import EvolveProgress
-    from coevolve.jobs import stop_on_signals
-
     last: dict[str, Any] = {}
 
     def on_progress(d: dict[str, Any]) -> None:
@@ -251,8 +236,6 @@ def evolve_cmd(
             out = run_evolve(config, store, address=address, workers=workers, resume=resume, on_progress=on_progress)
     except KeyboardInterrupt as e:
         raise _stopped(e, store, log_json, last, after_live=not (as_json or log_json)) from None
-    from coevolve.cli.display import evolve_summary
-
     echo_json(out) if as_json else evolve_summary(out)
 
 
@@ -271,14 +254,12 @@ def transfer_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Upward transfer: each model under the baseline vs the evolved harness, with edit usage."""
-    from coevolve.jobs import run_transfer
+    from coevolve.jobs import run_transfer, stop_on_signals
     from coevolve.tasks import family_names, get_family
 
     families = family_names() if family == "all" else [family]
     for f in families:
         get_family(f).generate(split, n)  # validates split and n
-    from coevolve.jobs import stop_on_signals
-
     try:
         with stop_on_signals():
             rows = run_transfer(store, families, harness, [m.strip() for m in models.split(",") if m.strip()],
