@@ -417,15 +417,16 @@ def _fields(value: Any) -> dict[str, Any]:
     return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
 
 
-def _op_kind(op: Any) -> str | None:
-    return next((kind for cls, kind in _OP_KIND.items() if isinstance(op, cls)), None)
+def _op_kind(op: Any) -> str:
+    kind = next((kind for cls, kind in _OP_KIND.items() if isinstance(op, cls)), None)
+    if kind is None:
+        raise EditError(f"unknown operation {_q(op)}")
+    return kind
 
 
 def _check_op_types(op: Any) -> None:
     """A dataclass op, checked by the same models as its JSON form; EditError names the field."""
     kind = _op_kind(op)
-    if kind is None:
-        raise EditError(f"unknown operation {_q(op)}")
     wrapped = _WRAPPED_PART.get(OP_MODELS[kind][1])
     if wrapped is None:
         _validate(OP_MODELS[kind][0], {"op": kind, **_fields(op)})
@@ -515,10 +516,7 @@ def validate_harness(h: Harness) -> None:
         _check_harness_types(h)
     except RecursionError:
         raise EditError("harness is nested too deeply to check") from None
-    _unique([s.name for s in h.system_prompt], "prompt section")
-    _unique([t.name for t in h.tools], "tool")
-    _unique([r.name for r in h.recipes], "recipe")
-    _unique([(k.event, k.kind) for k in h.hooks], "hook")
+    _unique_names(h)
     for t in h.tools:
         _check_tool(t)
     for k in h.hooks:
@@ -591,10 +589,7 @@ class _Draft:
     def of(cls, h: Harness) -> _Draft:
         """The working copy of a type-checked harness; its names must be unique (keying would hide a
         duplicate that `validate_harness` refuses)."""
-        _unique([s.name for s in h.system_prompt], "prompt section")
-        _unique([t.name for t in h.tools], "tool")
-        _unique([r.name for r in h.recipes], "recipe")
-        _unique([(k.event, k.kind) for k in h.hooks], "hook")
+        _unique_names(h)
         return cls(
             family=h.family,
             sections={s.name: s for s in h.system_prompt},
@@ -746,13 +741,16 @@ def _check_decoding(p: DecodingPolicy) -> None:
         raise EditError(f"decoding max_tokens {p.max_tokens} is outside 1..{MAX_REPLY_TOKENS}")
 
 
-def _unique(names: list[Any], what: str) -> None:
-    """Names are strings (or tuples of them) by the time this runs: the type layer checked them."""
-    seen = set()
-    for n in names:
-        if n in seen:
-            raise EditError(f"duplicate {what} {_q(n)}")
-        seen.add(n)
+def _unique_names(h: Harness) -> None:
+    """A harness's sections, tools, recipes and hooks each named once. Names are strings (or tuples of
+    them) by the time this runs: the type layer checked them."""
+    for names, what in (([s.name for s in h.system_prompt], "prompt section"), ([t.name for t in h.tools], "tool"),
+                        ([r.name for r in h.recipes], "recipe"), ([(k.event, k.kind) for k in h.hooks], "hook")):
+        seen = set()
+        for n in names:
+            if n in seen:
+                raise EditError(f"duplicate {what} {_q(n)}")
+            seen.add(n)
 
 
 # ------------------------------------------------------------------------------ JSON form of edits
@@ -775,8 +773,6 @@ def edit_to_json(edit: HarnessEdit) -> dict[str, Any]:
     ops = []
     for op in edit.ops:
         kind = _op_kind(op)
-        if kind is None:
-            raise EditError(f"unknown operation {_q(op)}")
         wrapped = _WRAPPED_PART.get(OP_MODELS[kind][1])
         fields = _fields(getattr(op, wrapped[0]) if wrapped else op)
         ops.append({"op": kind, **{k: v for k, v in fields.items() if v is not None}})
