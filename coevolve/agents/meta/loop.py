@@ -141,14 +141,11 @@ class EvolveConfig:
             raise BadInput("alpha must be in (0, 1)")
         if self.screen < 0:
             raise BadInput(f"screen must be >= 0 (0: off), got {self.screen}")
-        if self.search not in SEARCHES:
-            raise BadInput(f"search must be one of {', '.join(SEARCHES)}, got {self.search!r}")
-        if self.admit not in ADMISSIONS:
-            raise BadInput(f"admit must be one of {', '.join(ADMISSIONS)}, got {self.admit!r}")
+        for name, choices in (("search", SEARCHES), ("admit", ADMISSIONS), ("on_plateau", ON_PLATEAU)):
+            if getattr(self, name) not in choices:
+                raise BadInput(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         if self.admit == "gate" and self.screen < 1:
             raise BadInput("admit 'gate' needs a screen of at least 1 (the gate is the screen)")
-        if self.on_plateau not in ON_PLATEAU:
-            raise BadInput(f"on_plateau must be one of {', '.join(ON_PLATEAU)}, got {self.on_plateau!r}")
         make_rule(self.rule, self.alpha)
 
     def to_json(self) -> dict[str, Any]:
@@ -156,12 +153,9 @@ class EvolveConfig:
         if not self.params:
             del out["params"]
         # a setting at its neutral value is left out, so configs journalled without it read back the same
-        if self.on_plateau == "stop":
-            del out["on_plateau"]
-        if self.screen == 0:
-            del out["screen"]
-        if self.admit == "race":
-            del out["admit"]
+        for name, neutral in (("on_plateau", "stop"), ("screen", 0), ("admit", "race")):
+            if out[name] == neutral:
+                del out[name]
         if self.search == "loop":
             del out["search"], out["race_chunk"]
         return out
