@@ -136,7 +136,6 @@ class Checks(Blobs):
         for _, rid, batch, blob, _ in batches:
             referrers.setdefault(blob, []).append(f"trajectory batch {rid}/{batch}")
         status = {digest: self._verify_object(digest) for digest in referrers}  # ok/missing/corrupt/unreadable
-        quarantined: dict[str, str] = {}
         temp_files = 0
         if self.objects.is_dir():
             for sub in sorted(self.objects.iterdir()):
@@ -153,18 +152,13 @@ class Checks(Blobs):
                     elif _HEX64.fullmatch(f.name) and f.name.startswith(sub.name) and f.name not in status:
                         status[f.name] = self._verify_object(f.name)
         for digest, st in status.items():
-            if st in ("corrupt", "unreadable") and repair:
-                moved = self._quarantine(digest)
-                if moved:
-                    quarantined[digest] = moved
-        for digest, st in status.items():
             refs = referrers.get(digest)
             where = f"of {', '.join(refs[:3])}{' ...' if len(refs) > 3 else ''}" if refs else "unreferenced"
             if st == "missing":
                 problem("missing_object", digest, f"object {where} is absent")
             elif st in ("corrupt", "unreadable"):
                 what = "does not hash to its name" if st == "corrupt" else "cannot be read"
-                moved = quarantined.get(digest)
+                moved = self._quarantine(digest) if repair else None
                 note = f"; moved to {moved}" if moved else ""
                 lost = "; its content is lost until the same value is put again" if refs and moved else ""
                 problem(
