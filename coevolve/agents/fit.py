@@ -431,10 +431,13 @@ def expert_stages() -> list[Stage]:
     def assistant_texts(p: dict[str, Any]) -> int:
         return sum(1 for m in p["prefix_messages"] if m.get("role") == "assistant" and len(m.get("content") or "") > CLIP + 24)
 
-    def clip_texts(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
-        msgs = [{**m, "content": clip(m.get("content") or "", CLIP)} if m.get("role") == "assistant" else m
-                for m in p["prefix_messages"]]
-        return {**p, "prefix_messages": msgs}, f"the prefix's assistant texts clipped to {CLIP} chars"
+    def clip_role(role: str, chars: int, what: str) -> Callable[[dict[str, Any], int], tuple[dict[str, Any], str]]:
+        def cut(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
+            msgs = [{**m, "content": clip(m.get("content") or "", chars)} if m.get("role") == role else m
+                    for m in p["prefix_messages"]]
+            return {**p, "prefix_messages": msgs}, f"{what} clipped to {chars} chars"
+
+        return cut
 
     def long_args(p: dict[str, Any]) -> int:
         return sum(1 for m in p["prefix_messages"] for c in m.get("tool_calls") or ()
@@ -452,11 +455,6 @@ def expert_stages() -> list[Stage]:
     def system_size(p: dict[str, Any]) -> int:
         return int(any(m.get("role") == "system" and len(m.get("content") or "") > 10 * CLIP for m in p["prefix_messages"]))
 
-    def clip_system(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
-        msgs = [{**m, "content": clip(m.get("content") or "", 10 * CLIP)} if m.get("role") == "system" else m
-                for m in p["prefix_messages"]]
-        return {**p, "prefix_messages": msgs}, f"the agent's system message clipped to {10 * CLIP} chars"
-
     def clip_task(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
         head, _ = _prefix_turns(p["prefix_messages"])
         msgs = [{**m, "content": clip(m.get("content") or "", 8 * CLIP)} if i < head and m.get("role") == "user" else m
@@ -468,9 +466,9 @@ def expert_stages() -> list[Stage]:
         Stage("drop-old", old_turns, drop_old),
         Stage("elide-near", lambda p: len(tool_results(p, False)), elide(False)),
         Stage("clip-failing", lambda p: int("failing_turn" in p), clip_failing),
-        Stage("clip-texts", lambda p: min(1, assistant_texts(p)), clip_texts),
+        Stage("clip-texts", lambda p: min(1, assistant_texts(p)), clip_role("assistant", CLIP, "the prefix's assistant texts")),
         Stage("clip-args", lambda p: min(1, long_args(p)), clip_args),
-        Stage("clip-system", system_size, clip_system),
+        Stage("clip-system", system_size, clip_role("system", 10 * CLIP, "the agent's system message")),
         Stage("tools", lambda p: int(bool(p.get("tools"))), _clip_tools),
         Stage("task", lambda p: 1, clip_task),
     ]
