@@ -74,11 +74,10 @@ def serve(
         _fail("serve needs --config deploy/serve/<profile>.yaml (or a subcommand: status, stop)")
     if detach and address is None:
         _fail("--detach needs --address: an embedded Ray ends with this process")
+    from coevolve.config import read_config_file
     from coevolve.services.serving.app import ServingError, load_serve_config, read_state
 
     store = store or _default_store()
-    from coevolve.config import read_config_file
-
     read_config_file(config, "serve config")  # a huge or aliased file: refused before PyYAML spends minutes on it
     cfg = load_serve_config(config, overrides or [])
     for m in cfg.models:
@@ -181,7 +180,7 @@ def serve_status(
 @serve_app.command("stop")
 def serve_stop(store: StoreOpt = None, timeout: float = 60.0) -> None:  # type: ignore[assignment]
     """Stop the server: signal the foreground `coevolve serve`, or delete the app on a cluster."""
-    from coevolve.services.serving.app import read_state, state_path
+    from coevolve.services.serving.app import read_state, state_path, stop_serving
 
     store = store or _default_store()
     state = read_state(store)
@@ -199,7 +198,6 @@ def serve_stop(store: StoreOpt = None, timeout: float = 60.0) -> None:  # type: 
         state_path(store).unlink(missing_ok=True)
     else:
         from coevolve.cluster.runtime import start_ray
-        from coevolve.services.serving.app import stop_serving
 
         start_ray(state["ray_address"], None)
         stop_serving(store, shutdown=False)
@@ -238,7 +236,7 @@ def train(
 
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    from coevolve.config import check_train_bounds, load_yaml, read_config_file, regular_file
+    from coevolve.config import check_seed, check_train_bounds, load_yaml, read_config_file, regular_file
 
     data: dict[str, Any] = {}
     if config is not None:
@@ -253,8 +251,6 @@ def train(
             data[k.strip()] = load_yaml(v)
         except (yaml.YAMLError, RecursionError):
             _fail(f"override {item!r}: the value is not valid YAML")
-    from coevolve.config import check_seed
-
     check_seed(seed)
     data.setdefault("seed", seed)
     try:
