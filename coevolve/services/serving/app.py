@@ -176,15 +176,11 @@ class ServeConfig(BaseModel):
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
+    *parents, last = key.split(".")
     node: Any = data
-    for p in parts[:-1]:
+    for p in parents:
         node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
-    last = parts[-1]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
+    node[int(last) if isinstance(node, list) else last] = value
 
 
 def load_serve_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ServeConfig:
