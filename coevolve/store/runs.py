@@ -215,12 +215,10 @@ class Runs(Database):
         """Runs in creation order, optionally only those of one kind and/or one stored status."""
         sql = f"SELECT {self._run_cols} FROM runs WHERE 1 = 1"
         params: list[Any] = []
-        if kind is not None:
-            sql += " AND kind = ?"
-            params.append(kind)
-        if status is not None:
-            sql += " AND status = ?"
-            params.append(status)
+        for column, value in (("kind", kind), ("status", status)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
         return [self._run(r) for r in self._read(sql + " ORDER BY created, rowid", params)]
 
     def claim_run(self, run_id: str, *, heartbeat_s: float | None = LEASE_BEAT_S) -> Lease:
