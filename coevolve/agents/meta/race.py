@@ -335,15 +335,11 @@ class RaceEvolution(HarnessEvolution):
             means = {m: (a + 1) / (n + 2) for m, (a, n) in tallies.items()}
             top = max(means.values())
             fronts.append({m for m, v in means.items() if v >= top - 1e-12})
+        gate = self.cfg.admit == "gate"  # the gate: each undominated front counts whole for each member
         weights = dict.fromkeys(st.pool, 0.0)
-        if self.cfg.admit == "gate":
-            for front in self._undominated(fronts):
-                for m in front:
-                    weights[m] += 1
-            return weights
-        for front in fronts:
+        for front in self._undominated(fronts) if gate else fronts:
             for m in front:
-                weights[m] += 1 / len(front)
+                weights[m] += 1 if gate else 1 / len(front)
         return weights
 
     def _undominated(self, fronts: list[set[str]]) -> list[set[str]]:
