@@ -244,8 +244,8 @@ class Gateway:
             out["extra_headers"] = {**(kw.get("extra_headers") or {}), ATTEMPT_HEADER: str(attempt)}
         return out
 
-    def _failed(self, model: str, attempt: int, e: BaseException) -> tuple[float | None, ModelUnavailable]:
-        """(delay before the next attempt, or None to give up; the error to raise when giving up)."""
+    def _failed(self, model: str, attempt: int, e: BaseException) -> float:
+        """The delay before the next attempt; raises the call's error when giving up."""
         kind = infra_kind(e)
         detail = redact(f"{type(e).__name__}: {e}")[:500]
         attempts = attempt + 1
@@ -256,11 +256,11 @@ class Gateway:
         )
         if kind is None or attempts >= self.retry.attempts:
             log.warning("model call failed", model=model, attempts=attempts, kind=kind or "not retryable", error=detail[:200])
-            return None, err
+            raise err from None
         delay = min(self.retry.backoff_max_s, self.retry.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
         self.retries += 1
         log.info("model call failed, retrying", model=model, attempt=attempts, kind=kind, delay=round(delay, 3))
-        return delay, err
+        return delay
 
     async def acomplete(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, seed: int = 0,
@@ -279,9 +279,7 @@ class Gateway:
                 )
                 return self._finish(model, resp, time.perf_counter() - started, tools, messages, decoding)
             except Exception as e:  # noqa: BLE001 - classified: infra is retried, the rest raised at once
-                delay, err = self._failed(model, attempt, e)
-                if delay is None:
-                    raise err from None
+                delay = self._failed(model, attempt, e)
             await asyncio.sleep(delay)
             attempt += 1
 
@@ -310,9 +308,7 @@ class Gateway:
                 )
                 return self._finish(model, resp, time.perf_counter() - started, tools, messages, decoding)
             except Exception as e:  # noqa: BLE001 - classified: infra is retried, the rest raised at once
-                delay, err = self._failed(model, attempt, e)
-                if delay is None:
-                    raise err from None
+                delay = self._failed(model, attempt, e)
             time.sleep(delay)
             attempt += 1
 
