@@ -140,21 +140,12 @@ class Runs(Database):
         config: dict[str, Any] | None = None,
     ) -> None:
         """Set the status and/or replace the result or the config of a run (a resumed run's corrections)."""
-        sets: list[str] = []
-        params: list[Any] = []
-        if config is not None:
-            sets.append("config = ?")
-            params.append(_dumps(config, "config"))
-        if status is not None:
-            sets.append("status = ?")
-            params.append(_status(status))
-        if result is not None:
-            sets.append("result = ?")
-            params.append(_dumps(result, "result"))
-        if not sets:
+        given = {"config": config, "status": status, "result": result}
+        fields = {col: _status(v) if col == "status" else _dumps(v, col) for col, v in given.items() if v is not None}
+        if not fields:
             self.get_run(run_id)  # still reports an unknown run
             return
-        self._update_run(run_id, ", ".join(sets), params)
+        self._update_run(run_id, ", ".join(f"{col} = ?" for col in fields), list(fields.values()))
 
     def finish_run(self, run_id: str, status: str, result: dict[str, Any]) -> None:
         self._update_run(
