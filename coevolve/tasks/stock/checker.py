@@ -102,53 +102,64 @@ def _integrity(env: StockEnv) -> list[Requirement]:
     ]
 
 
+def _one_each(
+    want: dict[str, Any], numbered: list[tuple[int, str | None]], others: list[str], wrong: list[str], *,
+    names: tuple[str, str, str], missed: tuple[str, str, str], other: tuple[str, str, str],
+    repeats: tuple[str, str], wrongly: tuple[str, str, str],
+) -> list[Requirement]:
+    """The three requirements on one new row (or email) per product to reorder: none missing, none for
+    another product or repeated, each as required. `numbered` pairs each new row (email) with its product;
+    `missed`, `other` and `wrongly` are the words of their reasons: (singular, plural, the rest)."""
+    by_sku: dict[str | None, list[int]] = defaultdict(list)
+    for number, sku in numbered:
+        by_sku[sku].append(number)
+    missing = sum(1 for sku in want if sku not in by_sku)
+    repeated = [
+        f"{sku} {repeats[1].format(len(numbers))} ({', '.join(map(str, numbers))})"
+        for sku, numbers in by_sku.items()
+        if sku in want and len(numbers) > 1
+    ]
+    extra = [f"{plural(len(others), *other[:2])} {other[2]}: {listing(others, sep='; ')}"] if others else []
+    if repeated:
+        extra.append(f"{repeats[0]}: {listing(repeated, sep='; ')}")
+    return [
+        Requirement(
+            names[0],
+            not missing,
+            f"{missing} of the {len(want)} products that need reordering {missed[missing != 1]} {missed[2]}"
+            if missing
+            else "",
+        ),
+        Requirement(names[1], not others and not repeated, "; ".join(extra)),
+        Requirement(
+            names[2],
+            not wrong,
+            f"{plural(len(wrong), *wrongly[:2])} {wrongly[2]}: {listing(wrong, sep='; ')}" if wrong else "",
+        ),
+    ]
+
+
 # ------------------------------------------------------------------ the new rows
 def _row_requirements(env: StockEnv, want: dict[str, tuple[str, ...]]) -> list[Requirement]:
     w = env.world
     sku_col = w.header.index("SKU")
     n = len(w.existing)
     new = [(n + 2 + i, tuple(norm_cell(c) for c in r)) for i, r in enumerate(env.sheets[SHEET][n + 1 :])]
-    by_sku: dict[str, list[int]] = defaultdict(list)
-    for rowno, r in new:
-        by_sku[r[sku_col]].append(rowno)
-    missing = sum(1 for sku in want if sku not in by_sku)
     others = [f"row {rowno} ({r[sku_col] or 'no SKU'})" for rowno, r in new if r[sku_col] not in want]
-    repeated = [
-        f"{sku} has {len(rows)} new rows ({', '.join(map(str, rows))})"
-        for sku, rows in by_sku.items()
-        if sku in want and len(rows) > 1
-    ]
     wrong = []
     for rowno, r in new:
         expected = want.get(r[sku_col])
         if expected is not None and r != expected:
             cells = [f"{col} is {r[j] or 'empty'}" for j, col in enumerate(w.header) if r[j] != expected[j]]
             wrong.append(f"row {rowno} ({r[sku_col]}): {', '.join(cells)}")
-    extra_reason = []
-    if others:
-        extra_reason.append(
-            f"{plural(len(others), 'new row is for a product that does', 'new rows are for products that do')} "
-            f"not need a new alert: "
-            f"{listing(others, sep='; ')}"
-        )
-    if repeated:
-        extra_reason.append(f"products with more than one new row: {listing(repeated, sep='; ')}")
-    return [
-        Requirement(
-            "alert_row_for_each_product_to_reorder",
-            not missing,
-            f"{missing} of the {len(want)} products that need reordering "
-            f"{'has' if missing == 1 else 'have'} no new row in the {SHEET} sheet"
-            if missing
-            else "",
-        ),
-        Requirement("no_other_alert_rows", not others and not repeated, "; ".join(extra_reason)),
-        Requirement(
-            "alert_row_values_correct",
-            not wrong,
-            f"{plural(len(wrong), 'new row has', 'new rows have')} wrong values: {listing(wrong, sep='; ')}" if wrong else "",
-        ),
-    ]
+    return _one_each(
+        want, [(rowno, r[sku_col]) for rowno, r in new], others, wrong,
+        names=("alert_row_for_each_product_to_reorder", "no_other_alert_rows", "alert_row_values_correct"),
+        missed=("has", "have", f"no new row in the {SHEET} sheet"),
+        other=("new row is for a product that does", "new rows are for products that do", "not need a new alert"),
+        repeats=("products with more than one new row", "has {} new rows"),
+        wrongly=("new row has", "new rows have", "wrong values"),
+    )
 
 
 # ------------------------------------------------------------------ the sent emails
@@ -163,19 +174,10 @@ def _email_requirements(env: StockEnv, want: dict[str, MailKey]) -> list[Require
         return m.group(1) if m else None
 
     sent = [(i + 1, about(e), mail_key(e), e) for i, e in enumerate(env.sent)]  # numbered as list_sent shows
-    by_sku: dict[str | None, list[int]] = defaultdict(list)
-    for number, sku, _, _ in sent:
-        by_sku[sku].append(number)
-    missing = sum(1 for sku in want if sku not in by_sku)
     others = [
         f"email {number} ({sku})" if sku else f"email {number} (subject {_short(key[1])}, no product SKU in it)"
         for number, sku, key, _ in sent
         if sku not in want
-    ]
-    repeated = [
-        f"{sku} got {len(numbers)} emails ({', '.join(map(str, numbers))})"
-        for sku, numbers in by_sku.items()
-        if sku in want and len(numbers) > 1
     ]
     wrong = []
     for number, sku, key, e in sent:
@@ -195,32 +197,14 @@ def _email_requirements(env: StockEnv, want: dict[str, MailKey]) -> list[Require
             problems.append(f"it has priority {key[3]}, which the task does not ask for")
         if problems:
             wrong.append(f"email {number} ({sku}): {', '.join(problems)}")
-    extra_reason = []
-    if others:
-        extra_reason.append(
-            f"{plural(len(others), 'email is', 'emails are')} not about a product that needs a new alert: "
-            f"{listing(others, sep='; ')}"
-        )
-    if repeated:
-        extra_reason.append(f"products emailed more than once: {listing(repeated, sep='; ')}")
-    reqs = [
-        Requirement(
-            "email_for_each_product_to_reorder",
-            not missing,
-            f"{missing} of the {len(want)} products that need reordering "
-            f"{'was' if missing == 1 else 'were'} not emailed to the purchasing manager"
-            if missing
-            else "",
-        ),
-        Requirement("no_other_emails", not others and not repeated, "; ".join(extra_reason)),
-        Requirement(
-            "email_content_correct",
-            not wrong,
-            f"{plural(len(wrong), 'email is', 'emails are')} not written as required: {listing(wrong, sep='; ')}"
-            if wrong
-            else "",
-        ),
-    ]
+    reqs = _one_each(
+        want, [(number, sku) for number, sku, _, _ in sent], others, wrong,
+        names=("email_for_each_product_to_reorder", "no_other_emails", "email_content_correct"),
+        missed=("was", "were", "not emailed to the purchasing manager"),
+        other=("email is", "emails are", "not about a product that needs a new alert"),
+        repeats=("products emailed more than once", "got {} emails"),
+        wrongly=("email is", "emails are", "not written as required"),
+    )
     if w.urgent:
         normal = [f"email {number} ({sku or 'no SKU'})" for number, sku, key, _ in sent if key[3] != "high"]
         reqs.append(
