@@ -137,25 +137,20 @@ def score(env: Any) -> Score:
         if R.ENV_ASSERTION in basis:
             reqs += assertion_reqs
             reward *= float(all(r.passed for r in assertion_reqs))
-    if R.COMMUNICATE in basis:
-        info = t.evaluator_communicate.CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
-        checks = info.communicate_checks or []
-        missing = sum(not c.met for c in checks)
-        reqs.append(Requirement(
-            "communicated_required_info", info.reward == 1.0,
-            f"{missing} of the {len(checks)} pieces of information the customer had to be told never appear "
-            "in a message to the customer" if missing else "",
-        ))
-        reward *= info.reward
-    if R.ACTION in basis:
-        info = t.evaluator_action.ActionEvaluator.calculate_reward(task=task, full_trajectory=messages)
-        checks = info.action_checks or []
-        missing = sum(not c.action_match for c in checks)
-        reqs.append(Requirement(
-            "required_actions_taken", info.reward == 1.0,
-            f"{missing} of the {len(checks)} required tool calls were not made with the required arguments" if missing else "",
-        ))
-        reward *= info.reward
+    evaluators = (  # basis, tau2's evaluator, its checks and their pass flag, the requirement, what a miss is
+        (R.COMMUNICATE, t.evaluator_communicate.CommunicateEvaluator, "communicate_checks", "met",
+         "communicated_required_info",
+         "pieces of information the customer had to be told never appear in a message to the customer"),
+        (R.ACTION, t.evaluator_action.ActionEvaluator, "action_checks", "action_match",
+         "required_actions_taken", "required tool calls were not made with the required arguments"),
+    )
+    for kind, evaluator, checks_field, passed, name, missed in evaluators:
+        if kind in basis:
+            info = evaluator.calculate_reward(task=task, full_trajectory=messages)
+            checks = getattr(info, checks_field) or []
+            missing = sum(not getattr(c, passed) for c in checks)
+            reqs.append(Requirement(name, info.reward == 1.0, f"{missing} of the {len(checks)} {missed}" if missing else ""))
+            reward *= info.reward
     return _finish(reqs, reward if stopped else 0.0, termination, db_match, spoke > 0)
 
 
