@@ -87,8 +87,8 @@ class ExpertRewriter:
             "prefix_messages": prefix_messages(t, locus.turn_index),
             "failing_turn": turn_records(t)[locus.turn_index],
             "judge_reason": locus.reason,
+            "k": k,
         }
-        payload["k"] = k
         system, ask = PROMPT.read_text(), f"Rewrite the failing turn: {k} candidates."
 
         def make(p: dict[str, Any], cut: bool) -> list[dict[str, Any]]:
@@ -103,27 +103,20 @@ class ExpertRewriter:
             usage.failed_calls += 1
             why = f"the prompt does not fit the expert model's window even after cuts ({fitted.tokens} tokens, {fitted.limit} allowed)"
             return [{"error": f"unknown: {why}"}] * k
-        messages = fitted.messages
         text = ""
         refitted, attempt = False, 0
         while attempt <= self.retries:  # one request for all k candidates: the prompt is paid once
             try:
-                text = self._answer(list(messages), seed + 100 * attempt, usage)
-            except ContextWindowExceeded as e:
-                usage.failed_calls += 1
-                failed = [{"error": f"unknown: the expert call failed: {str(e)[:300]}"}] * k
-                if refitted:
-                    return failed
-                # counted too low: fit once more, to 3/4 of what was allowed, and ask again
-                refitted = True
-                fitted = fit(payload, make, expert_stages(), budget, tools, limit=int(fitted.limit * 0.75))
-                usage.record_cuts("expert", ["window exceeded: refitted to 3/4", *fitted.record()])
-                if not fitted.fits:
-                    return failed
-                messages = fitted.messages
-                continue
+                text = self._answer(list(fitted.messages), seed + 100 * attempt, usage)
             except ModelUnavailable as e:  # the gateway retried infra faults already
                 usage.failed_calls += 1
+                if isinstance(e, ContextWindowExceeded) and not refitted:
+                    # counted too low: fit once more, to 3/4 of what was allowed, and ask again
+                    refitted = True
+                    fitted = fit(payload, make, expert_stages(), budget, tools, limit=int(fitted.limit * 0.75))
+                    usage.record_cuts("expert", ["window exceeded: refitted to 3/4", *fitted.record()])
+                    if fitted.fits:
+                        continue
                 return [{"error": f"unknown: the expert call failed: {str(e)[:300]}"}] * k
             obj = answer_json(text)
             raw = obj.get("candidates") if isinstance(obj, dict) else None

@@ -128,23 +128,19 @@ class Judge:
             usage.failed_calls += 1
             return None, (f"the prompt does not fit the judge model's window even after cuts "
                           f"({fitted.tokens} tokens, {fitted.limit} allowed)")
-        why, refitted, attempt = "the judge's answer could not be parsed", False, 0
+        refitted, attempt = False, 0
         while attempt <= self.retries:
             try:
                 comp = self.client.complete(self.model, fitted.messages, [], seed + attempt)
-            except ContextWindowExceeded as e:
-                usage.failed_calls += 1
-                if refitted:
-                    return None, f"the judge call failed: {str(e)[:300]}"
-                # counted too low: fit once more, to 3/4 of what was allowed, and ask again
-                refitted = True
-                fitted = fit(payload, make, stages, budget, limit=int(fitted.limit * 0.75))
-                usage.record_cuts(prompt.removesuffix(".md"), ["window exceeded: refitted to 3/4", *fitted.record()])
-                if not fitted.fits:
-                    return None, f"the judge call failed: {str(e)[:300]}"
-                continue
             except ModelUnavailable as e:  # the gateway retried infra faults already
                 usage.failed_calls += 1
+                if isinstance(e, ContextWindowExceeded) and not refitted:
+                    # counted too low: fit once more, to 3/4 of what was allowed, and ask again
+                    refitted = True
+                    fitted = fit(payload, make, stages, budget, limit=int(fitted.limit * 0.75))
+                    usage.record_cuts(prompt.removesuffix(".md"), ["window exceeded: refitted to 3/4", *fitted.record()])
+                    if fitted.fits:
+                        continue
                 return None, f"the judge call failed: {str(e)[:300]}"
             usage.add(comp)
             obj = answer_json(comp.message.get("content") or "")
@@ -153,7 +149,7 @@ class Judge:
                 return parsed, ""
             usage.unparseable += 1
             attempt += 1
-        return None, why
+        return None, "the judge's answer could not be parsed"
 
     # ------------------------------------------------------------------ failure locus
     def locate(self, traj: Trajectory, seed: int = 0, usage: RoleUsage | None = None) -> FailureLocus:
