@@ -169,12 +169,7 @@ def affirmed(text: str) -> str:
 def _unnegated(sentence: str, span: Span) -> str:
     """`sentence` with the negator at `span` taken out ("do not ignore" -> "do ignore", "isn't" -> "is")."""
     word = sentence[span[0] : span[1]].replace("’", "'")
-    if word in _UNNEGATED:
-        plain = _UNNEGATED[word]
-    elif word.endswith("n't"):
-        plain = word[:-3]
-    else:
-        plain = ""
+    plain = _UNNEGATED.get(word, word[:-3] if word.endswith("n't") else "")
     return " ".join((sentence[: span[0]] + plain + sentence[span[1] :]).split())
 
 
