@@ -167,10 +167,10 @@ class Executor:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
-    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, offload: bool = True) -> T:
         """`fn(*args)` on the executor's tool threads (with this task's context vars); inline when
-        `tool_threads` is 0."""
-        if not self.tool_threads:
+        `tool_threads` is 0 or not `offload` (a call that does not block)."""
+        if not offload or not self.tool_threads:
             return fn(*args)
         with self._pool_lock:
             if self._pool is None:
@@ -264,10 +264,8 @@ class Executor:
             finished = False
             text = msg.get("content") if isinstance(msg.get("content"), str) else ""
             if channel and not calls and text.strip():
-                if getattr(env, "blocking_user", False):  # the user is a remote model
-                    reply, finished = await self._off_loop(env.say, text)
-                else:
-                    reply, finished = env.say(text)
+                # off the loop when the user is a remote model
+                reply, finished = await self._off_loop(env.say, text, offload=getattr(env, "blocking_user", False))
                 if reply is not None:
                     messages.append({"role": "user", "content": reply})
                 events.append("to_user")
@@ -337,10 +335,8 @@ class Executor:
             error, error_detail = "infra", env.infra_error
         if error == "infra":
             outcome = None
-        elif getattr(env, "blocking_tools", None):  # its checker reads the same services (e.g. a sandbox run)
-            outcome = await self._off_loop(family.check, env)
-        else:
-            outcome = family.check(env)
+        else:  # off the loop when its checker reads the same blocking services (e.g. a sandbox run)
+            outcome = await self._off_loop(family.check, env, offload=bool(getattr(env, "blocking_tools", None)))
         traj = Trajectory(
             instance=instance,
             harness_id=harness.id,
@@ -457,10 +453,7 @@ class Executor:
                 if held:
                     return held, True, False, [h.kind], False
         try:
-            if spec.impl in getattr(env, "blocking_tools", ()):
-                result = await self._off_loop(env.call, spec.impl, args)
-            else:
-                result = env.call(spec.impl, args)
+            result = await self._off_loop(env.call, spec.impl, args, offload=spec.impl in getattr(env, "blocking_tools", ()))
         except Exception as e:  # noqa: BLE001 — an environment bug must not kill the rollout; it is recorded
             return f"error: tool {name} crashed: {type(e).__name__}: {e}", False, False, [], True
         return result.content, not result.error, result.finished, [], False
