@@ -1021,7 +1021,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train-batch", type=int, default=10)
     ap.add_argument("--minibatch", type=int, default=3)
     ap.add_argument("--screen", type=int, default=0, help="the race's screen N (0: off): a child races only if it passes one of its parent's first N train failures")
-    ap.add_argument("--admit", default="race", choices=("race", "gate"), help="how the race admits a child: won on val pairs, or passed the screen")
+    ap.add_argument("--admit", default="race", choices=("race", "gate", "chain"),
+                    help="how the race admits a child: won on val pairs, passed the screen, or passed the screen and is the next parent")
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--test-repeats", type=int, default=2)
     ap.add_argument("--no-merge", action="store_true")

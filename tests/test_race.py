@@ -198,8 +198,35 @@ def test_gated_no_op_children_enter_the_pool_but_runs_release_one_at_most_alpha_
     assert sum(len({e.payload["attempt"] for e in j.events("run", "guard")}) for _, j in runs) >= 40
 
 
-def test_a_gated_search_releases_a_real_improvement():
-    runs = [scripted_run(seed, good=True, rollouts=200, screen=3, admit="gate") for seed in range(20)]
+def test_the_chain_is_one_line_of_edits_and_its_guard_tests_the_head_to_the_end():
+    """`admit` "chain": every step's parent is the chain's head, a child of the head before it, so the parents
+    form one line from the start; a guard attempt opens on the head and runs to its end however many
+    members join meanwhile; under a no-op proposer a run still releases at most alpha of the time."""
+    runs = [scripted_run(seed, good=False, screen=3, admit="chain") for seed in range(200)]
+    assert sum(r.harness_id != r.baseline_id for r, _ in runs) / len(runs) <= 0.1
+    opened = longest = 0
+    for r, journal in runs:
+        parent_of = {e.payload["candidate"]: e.payload["parent"] for e in journal.events("run", "decision")
+                     if e.payload["outcome"] == "admitted"}
+        line = [r.baseline_id]
+        for e in journal.events("run", "proposal"):
+            if e.payload["parent"] != line[-1]:
+                assert parent_of[e.payload["parent"]] == line[-1]  # the new head is a child of the last
+                line.append(e.payload["parent"])
+        longest = max(longest, len(line))
+        attempts = {}
+        for e in journal.events("run", "guard"):
+            candidate = attempts.setdefault(e.payload["attempt"], e.payload["candidate"])
+            assert candidate == e.payload["candidate"] and e.payload["outcome"] != "superseded"
+            assert candidate in line[1:] or parent_of.get(candidate) == line[-1]  # a head: on the line, or the last
+        opened += len(attempts)
+    assert longest >= 4  # edits compound
+    assert opened >= 40  # no-op heads did reach the guard: the rate above is the guard's
+
+
+@pytest.mark.parametrize("admit", ["gate", "chain"])
+def test_a_gated_search_releases_a_real_improvement(admit):
+    runs = [scripted_run(seed, good=True, rollouts=200, screen=3, admit=admit) for seed in range(20)]
     released = [j.get_harness(r.harness_id) for r, j in runs if r.harness_id != r.baseline_id]
     assert len(released) >= 16 and all("GOOD" in h.render_system() for h in released)
 
@@ -353,9 +380,9 @@ def test_the_race_spends_its_budget_journals_every_decision_and_never_pays_a_rol
         assert {j: stored[k].passed for j, k in keys.items()} == outcomes
 
 
-@pytest.mark.parametrize("crash_at, admit", [(5, "race"), (6, "gate")])
+@pytest.mark.parametrize("crash_at, admit", [(5, "race"), (6, "gate"), (6, "chain")])
 def test_a_run_killed_mid_race_resumes_to_the_same_released_harness(tmp_path, crash_at, admit):
-    cfg = race_config(admit=admit, screen=3 if admit == "gate" else 0)
+    cfg = race_config(admit=admit, screen=0 if admit == "race" else 3)
     expected = make_race(tmp_path / "ref", cfg)[0].run()
     race, _ = make_race(tmp_path / "crash", cfg, Recording(crash_at))
     with pytest.raises(Crash):
@@ -394,6 +421,7 @@ def test_search_val_n_leaves_the_guard_a_third_of_the_split():
     (["--alpha", "1.5"], "alpha must be in (0, 1)"),
     (["--alpha", "0"], "alpha must be in (0, 1)"),
     (["--admit", "gate"], "admit 'gate' needs a screen of at least 1"),
+    (["--admit", "chain"], "admit 'chain' needs a screen of at least 1"),
 ])
 def test_bad_search_input_is_one_error_line_exit_2_and_nothing_written(tmp_path, args, message):
     from coevolve.cli.app import app

@@ -159,7 +159,7 @@ def evolve_cmd(
     plateau: Annotated[int, typer.Option("--plateau", help="N iterations without a gain make a plateau (see --on-plateau)")] = 3,
     on_plateau: Annotated[str, typer.Option("--on-plateau", help="at a plateau: stop, or continue with fresh train batches until a budget ends the run")] = "stop",
     screen: Annotated[int, typer.Option("--screen", help=f"0..{MAX_SCREEN}: a candidate reaches val only if it passes one of the first N train failures it was proposed from (GEPA's minibatch gate; 0: off)")] = 0,
-    admit: Annotated[str, typer.Option("--admit", help="race: a child joins the pool by winning its val race; gate: by passing the screen (needs --screen)")] = "race",
+    admit: Annotated[str, typer.Option("--admit", help="race: a child joins the pool by winning its val race; gate: by passing the screen (needs --screen); chain: as gate, and it is the next parent")] = "race",
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="evaluate candidates on all of val")] = False,
     val_seeds: Annotated[int, typer.Option("--val-seeds", help="seeds per val instance in paired comparisons")] = defaults.VAL_SEEDS,
     no_handbook: Annotated[bool, typer.Option("--no-handbook", help="the proposer works without the handbook")] = False,

@@ -101,7 +101,7 @@ class Spend:
 
 ON_PLATEAU = ("stop", "continue")
 SEARCHES = ("race", "loop")
-ADMISSIONS = ("race", "gate")
+ADMISSIONS = ("race", "gate", "chain")
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,9 @@ class EvolveConfig:
     screen: int = 0  # > 0: a candidate reaches val only if it passes one of the first N train failures (0: off)
     search: str = "race"  # "race": the racing search with guarded release (agents.meta.race); "loop": this loop
     race_chunk: int = 2  # val pairs a child is raced on between two decisions (race), and guard pairs per batch
-    admit: str = "race"  # how a child enters the race's pool: "race" (won on val pairs) or "gate" (passed the screen)
+    # how a child enters the race's pool: "race" (won on val pairs), "gate" (passed the screen) or "chain"
+    # (passed the screen, and becomes the next parent)
+    admit: str = "race"
     budget: Budget = Budget()
     # family parameters of the train and val instances (e.g. {"size": 0, "difficulty": 1}); {} = the
     # family's defaults, and then left out of `to_json`, so a config journalled before it existed reads
@@ -144,8 +146,8 @@ class EvolveConfig:
         for name, choices in (("search", SEARCHES), ("admit", ADMISSIONS), ("on_plateau", ON_PLATEAU)):
             if getattr(self, name) not in choices:
                 raise BadInput(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        if self.admit == "gate" and self.screen < 1:
-            raise BadInput("admit 'gate' needs a screen of at least 1 (the gate is the screen)")
+        if self.admit != "race" and self.screen < 1:
+            raise BadInput(f"admit {self.admit!r} needs a screen of at least 1 (the gate is the screen)")
         make_rule(self.rule, self.alpha)
 
     def to_json(self) -> dict[str, Any]:

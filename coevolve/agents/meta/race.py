@@ -46,6 +46,15 @@ the pool's best val mean breaks ties by the latest admitted, so that a tie on th
 fix the gate saw, and edits compound. No merges. Admission on a gate is weak evidence; what a run
 releases is still the guard's decision on fresh pairs, so the run-level bound is unchanged.
 
+**Chain** (`admit="chain"`, with a screen of N >= 1). Admission as with the gate, but each step's parent
+is the chain's head: of the last step that admitted any child, the one that passed the most of its screen
+(then the best val mean, then the first proposed). So every edit that passes the gate builds on the ones
+before it (one line of edits, GEPA's hill climb without its val selection). The guard tests the line's head instead of the
+pool's best val mean (on 4-12 val pairs that mean is mostly noise, and the head carries every fix so far),
+and an open attempt runs to its end instead of giving way to a newer head: a later attempt tests what the
+line has added by then. Choosing the candidate from the search's pairs never touches the guard's, so the
+bound is unchanged.
+
 **Merge.** When a child is admitted next to an admitted sibling (same parent) whose edit touches
 other parts of the harness (sections, recipes, tools, hooks, context, decoding, turn limit: no part in
 common), the two edits applied together are raced like any child, against the better of the two.
@@ -170,6 +179,7 @@ class _RaceState:
     tried: list[str] = field(default_factory=list)
     merged: list[list[str]] = field(default_factory=list)  # sibling pairs already merged
     guard_failed: list[str] = field(default_factory=list)
+    head: str | None = None  # the chain's head (admit "chain"): its latest step's best admitted child; None: the start
     attempts: int = 0
     attempt: dict[str, Any] | None = None  # the open guard attempt
     guard_rollouts: int = 0
@@ -289,10 +299,13 @@ class RaceEvolution(HarnessEvolution):
             return
         if self.cfg.screen:
             races = self._screen_races(races, failures, step)
-        if self.cfg.admit == "gate":
+        if self.cfg.admit != "race":
             for r in races:
                 r.verdict, r.why = "admitted", "passes the gate"
                 self._decide(r, {}, step)
+            if self.cfg.admit == "chain" and races:  # the step's best gated child heads the chain
+                best = max(races, key=lambda r: (r.screen["passed"], self._mean(r.child.id)))
+                st.head = best.child.id
         else:
             self._race(races, step)
         merges = self._merges([r for r in races if r.verdict == "admitted"], step) if self.cfg.admit == "race" else []
@@ -311,6 +324,8 @@ class RaceEvolution(HarnessEvolution):
     def _parent(self, step: int) -> str:
         st = self._state
         rng = random.Random(f"parent|{self.cfg.seed}|{step}")
+        if self.cfg.admit == "chain":
+            return st.head or next(iter(st.pool))
         members = sorted(st.pool)
         if len(members) == 1 or (self.cfg.admit == "race" and rng.random() < INCUMBENT_SHARE):
             return self._best()
@@ -478,15 +493,18 @@ class RaceEvolution(HarnessEvolution):
         entry = {**edit_to_json(r.edit), "iteration": step, "base": r.parent[:12], "outcome": r.verdict,
                  "why": r.why, "kind": r.kind, "wins": r.wins, "losses": r.losses, "evaluated": r.wins + r.losses + r.ties}
         st.history.append(entry)
-        decided_by_screen = r.verdict == "screened out" or (r.screen and self.cfg.admit == "gate")
+        decided_by_screen = r.verdict == "screened out" or (r.screen and self.cfg.admit != "race")
         tally = {"screen": r.screen} if decided_by_screen else {"p_better": round(better_posterior(r.wins, r.losses), 4)}
+        if r.verdict == "admitted":
+            st.outcomes[r.child.id] = dict(seen)
+            # the pairs an early admission skipped; a member enters the pool with all of them (a budget that
+            # ends here ends the run before the child is journalled as admitted)
+            self._fill(r.child)
         self.journal.append_event(self.run_id, "decision", {**entry, "candidate": r.child.id, "parent": r.parent,
                                                            **tally})
         if r.verdict != "admitted":
             st.rejected += 1
             return
-        st.outcomes[r.child.id] = dict(seen)
-        self._fill(r.child)  # the pairs an early admission skipped; a member enters the pool with all of them
         st.admitted += 1
         st.pool[r.child.id] = {"parent": r.parent, "edit": edit_to_json(r.edit), "step": step, "evidence": None,
                                "refresh": 0}
@@ -531,8 +549,8 @@ class RaceEvolution(HarnessEvolution):
         """Open, feed and close guard attempts: the open attempt gets guard pairs until the guard has spent
         `GUARD_SHARE` of the rollouts used (`tail`: until the budget ends the run)."""
         st = self._state
-        best, released = self._best(), st.released[-1]
         attempt = GuardAttempt.from_json(st.attempt) if st.attempt else None
+        best, released = self._guard_candidate(attempt), st.released[-1]
         if attempt is not None and attempt.candidate != best:  # a better member: its own attempt
             attempt.outcome = "superseded"
             self._guard_event(attempt, step)
@@ -579,6 +597,13 @@ class RaceEvolution(HarnessEvolution):
                                                            "val_gain": round(gain, 4), "guard": attempt.as_json()})
         self.log.info("released", step=step, harness_id=best[:12], val_gain=round(gain, 3), e_value=attempt.e_value)
         self._progress(step, "released")
+
+    def _guard_candidate(self, attempt: GuardAttempt | None) -> str:
+        """The member the guard tests: the pool's best val mean, or with the chain its head (the open
+        attempt's candidate while one is open)."""
+        if self.cfg.admit != "chain":
+            return self._best()
+        return attempt.candidate if attempt is not None else self._state.head or next(iter(self._state.pool))
 
     def _guard_event(self, attempt: GuardAttempt, step: int) -> None:
         self.journal.append_event(self.run_id, "guard", {"iteration": step, **attempt.as_json()})
