@@ -19,9 +19,9 @@ venv: $(STAMP)
 UV := $(BIN)/uv pip
 
 # pip installs torch's pinned CPU build (the wheel this machine keeps for pip; uv does not look there) and uv,
-# without compiling torch's bytecode (7 s instead of 24 s; a process compiles what it imports, once);
-# uv resolves and installs the rest against that torch, in parallel: 45-50 s on a fresh machine (2026-12-07;
-# pip alone took about 4 minutes).
+# without compiling torch's bytecode (pip took 7.5 s instead of 24 s for it on 2026-12-07; a process compiles
+# what it imports, once); uv resolves and installs the rest against that torch, in parallel (pip alone took
+# about 4 minutes).
 $(STAMP): pyproject.toml deploy/cpu-constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --no-compile -c deploy/cpu-constraints.txt uv==0.13.9 torch
@@ -48,18 +48,20 @@ test-packages:
 # The main job on the embedded default: local Ray, synthetic models, all seven families at once; it ends with
 # the report. 6,288 rollouts, CPU-bound on 2 cores: about 3/4 of a synthetic rollout's CPU is litellm's own
 # per-call work (docs/ARCHITECTURE.md §5). On one 2-core machine, 2026-12-07, a fresh clone with the install:
-# 5 min 01 s (install 50 s, run 242 s), 5 min 07 s and 5 min 09 s. The run alone took 250-430 s that day:
-# these machines' speed varies by a third.
+# 4 min 02 s (the run 180 s; uv's cache warm); 5 min 01 s to 5 min 09 s earlier that day, on another machine,
+# before torch's bytecode was left out. The run alone took 180-430 s that day: these machines' speed varies.
 demo: $(STAMP) sandbox
 	$(BIN)/coevolve run local
 
 # `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each, in 3 pytest-xdist
 # workers with worksteal: 3 processes on 2 cores overlap the tests that wait (on Ray actors, subprocesses,
 # servers). The suite is CPU-bound: both cores were 197% busy on average in one run. The test processes use
-# about 80% of its CPU, Ray's actors the rest. On one 2-core machine, 2026-12-07, 2,267-2,269 passed, 1 skipped:
-# - 12 min 16 s and 12 min 05 s from a fresh clone with the install (11 min 18 s and 11 min 17 s of pytest);
-# - 10 min 55 s in a warm checkout;
-# - 12 min 49 s to 16 min 46 s earlier that day.
+# about 80% of its CPU, Ray's actors the rest. On 2-core machines, 2026-12-07, 2,267-2,273 passed, 1 skipped:
+# - 10 min 23 s from a fresh clone on a new machine, the install and Chromium's included (9 min 50 s of
+#   pytest; uv's cache warm); 12 min 07 s there that morning, uv's cache cold and before the install's two
+#   cuts (10 min 33 s of pytest, another job beside it);
+# - 12 min 16 s and 12 min 05 s from a fresh clone on another machine (11 min 18 s and 11 min 17 s of pytest);
+#   10 min 55 s in a warm checkout there, 12 min 49 s to 16 min 46 s earlier that day.
 # On other 2-core machines it took 8-21 min (CI: 736-1,290 s).
 # `make test-slow` runs the slow ones (the kill-and-resume runs of `coevolve run` and
 # `coevolve evolve`, real vLLM serving and LoRA on the tiny model and SmolLM2, faults and secrets over
