@@ -304,12 +304,11 @@ def print_judge_accuracy(out: dict[str, Any]) -> None:
 
     from coevolve.cli.display import console
 
-    t = Table(title=f"failure-locus accuracy of {out['judge']} on {out['model']} failures "
+    t = Table("family", "failures", "subset", "n", "judge exact", "judge ±1", "first error exact",
+              "first error ±1", "random exact", "random ±1",
+              title=f"failure-locus accuracy of {out['judge']} on {out['model']} failures "
                     f"({out['split']} split, {out['repeats']} seeds per instance): exact | within one turn "
                     "[95% CI]")
-    for col in ("family", "failures", "subset", "n", "judge exact", "judge ±1", "first error exact",
-                "first error ±1", "random exact", "random ±1"):
-        t.add_column(col)
     for f, r in out["families"].items():
         loci = r.get("loci")
         if not loci:
@@ -338,10 +337,7 @@ def print_judge_accuracy(out: dict[str, Any]) -> None:
     if len(out["families"]) == 1:
         r = next(iter(out["families"].values()))
         cats = list(r["confusion"])
-        c = Table(title="answer key (rows) x judge (columns)")
-        c.add_column("")
-        for cat in cats:
-            c.add_column(cat)
+        c = Table("", *cats, title="answer key (rows) x judge (columns)")
         for truth, row in r["confusion"].items():
             if any(row.values()):
                 c.add_row(truth, *(str(row[cat]) for cat in cats))

@@ -311,12 +311,10 @@ def harness_diff(a: str, b: str, store: StoreOpt = DEFAULT_STORE) -> None:
     """Unified diff of two harnesses' readable form."""
     import difflib
 
-    from coevolve.cli.display import harness_text
-
     s = open_store(store, create=False)
     ha, hb = s.get_harness(a), s.get_harness(b)
     lines = difflib.unified_diff(
-        harness_text(ha).splitlines(), harness_text(hb).splitlines(), ha.id[:12], hb.id[:12], lineterm=""
+        ha.describe().splitlines(), hb.describe().splitlines(), ha.id[:12], hb.id[:12], lineterm=""
     )
     typer.echo("\n".join(lines) or "(identical)")
 

@@ -26,9 +26,8 @@ console = _Console()
 
 
 def eval_table(results: Sequence[Any]) -> None:
-    t = Table(title="evaluation")
-    for col in ("family", "model", "harness", "n", "pass@1 [95% CI]", "turns", "tokens", "errors", "failure causes", "run"):
-        t.add_column(col)
+    t = Table("family", "model", "harness", "n", "pass@1 [95% CI]", "turns", "tokens", "errors", "failure causes",
+              "run", title="evaluation")
     for r in results:
         s = r.summary
         lo, hi = r.rate.ci95
@@ -93,19 +92,14 @@ def suite_table(rows: Sequence[dict[str, Any]]) -> None:
     models = list(dict.fromkeys(r["model"] for r in rows))
     families = list(dict.fromkeys(r["family"] for r in rows))
     rate = {(r["family"], r["model"]): r["pass_rate"] for r in rows}
-    t = Table(title="pass rate by family and model")
-    t.add_column("family")
-    for m in models:
-        t.add_column(escape(m))
+    t = Table("family", *map(escape, models), title="pass rate by family and model")
     for f in families:
         t.add_row(escape(f), *(f"{rate[(f, m)]:.0%}" if (f, m) in rate else "-" for m in models))
     console.print(t)
 
 
 def harness_table(records: Sequence[Any], aliases: dict[str, list[str]]) -> None:
-    t = Table(title="harnesses")
-    for col in ("id", "family", "parent", "aliases", "val gain", "rationale"):
-        t.add_column(col)
+    t = Table("id", "family", "parent", "aliases", "val gain", "rationale", title="harnesses")
     for r in records:
         t.add_row(
             r.id[:12],
@@ -118,13 +112,9 @@ def harness_table(records: Sequence[Any], aliases: dict[str, list[str]]) -> None
     console.print(t)
 
 
-def harness_text(h: Harness) -> str:
-    return h.describe()
-
-
 def show_harness(h: Harness) -> None:
     console.print(f"[bold]harness {h.id}[/bold]")
-    console.print(harness_text(h), markup=False, highlight=False)
+    console.print(h.describe(), markup=False, highlight=False)
 
 
 def lineage_tree(store: Any, chain: Sequence[Any]) -> None:
@@ -140,9 +130,7 @@ def lineage_tree(store: Any, chain: Sequence[Any]) -> None:
 
 
 def tasks_table(rows: Sequence[dict[str, Any]]) -> None:
-    t = Table(title="task families")
-    for col in ("family", "title", "train", "val", "test"):
-        t.add_column(col)
+    t = Table("family", "title", "train", "val", "test", title="task families")
     for r in rows:
         t.add_row(r["family"], r["title"], str(r["train"]), str(r["val"]), str(r["test"]))
     console.print(t)
@@ -187,9 +175,8 @@ def evolve_summary(out: dict[str, Any]) -> None:
     )
     if out.get("guard"):
         console.print(escape(out["guard"]), highlight=False)
-    t = Table(title="released edits" if out.get("search") == "race" else "accepted edits")
-    for col in ("iteration", "ops", "val gain", "usage", "rationale"):
-        t.add_column(col)
+    t = Table("iteration", "ops", "val gain", "usage", "rationale",
+              title="released edits" if out.get("search") == "race" else "accepted edits")
     usage = out.get("usage", {}).get(out["model"], [])
     for i, e in enumerate(out["edits"]):
         u = usage[i] if i < len(usage) else {}
@@ -225,9 +212,7 @@ def _rate(rate: float | None) -> str:
 
 
 def transfer_table(rows: Sequence[dict[str, Any]]) -> None:
-    t = Table(title="upward transfer")
-    for col in ("family", "model", "baseline", "evolved", "gain", "edit usage"):
-        t.add_column(col)
+    t = Table("family", "model", "baseline", "evolved", "gain", "edit usage", title="upward transfer")
     for r in rows:
         usage = ", ".join(f"{'+'.join(u['ops'])}:{_rate(u['rate'])}" for u in r.get("usage", []))
         t.add_row(escape(r["family"]), escape(r["model"]), f"{r['baseline']:.1%}", f"{r['evolved']:.1%}",
@@ -247,9 +232,8 @@ def experiment_table(out: dict[str, Any]) -> None:
         return "-" if c is None else f"{c['pass_at_1']:.1%} [{c['ci95'][0]:.0%}, {c['ci95'][1]:.0%}]"
 
     cfg = out["config"]
-    t = Table(title=f"test pass@1 [95% CI], {cfg['repeats']} seeds per instance")
-    for col in ("family", "model", "harness", "base weights", "+ imitation", "+ correction"):
-        t.add_column(col)
+    t = Table("family", "model", "harness", "base weights", "+ imitation", "+ correction",
+              title=f"test pass@1 [95% CI], {cfg['repeats']} seeds per instance")
     for r in out["rows"]:
         if r["model"] == "expert":
             t.add_row(escape(r["family"]), escape(cfg["expert"]), escape(r["harness"]), cell(r["base"]), "n/a", "n/a")

@@ -315,9 +315,7 @@ def _snapshot(run_id: str | None) -> list[Any]:
         out.append(_panel(status))
         pools = status.get("pools") or {}
         if pools:
-            p = Table(title="pools")
-            for col in ("pool", "actors", "in flight", "queued", "replacements"):
-                p.add_column(col)
+            p = Table("pool", "actors", "in flight", "queued", "replacements", title="pools")
             for name, v in pools.items():
                 in_flight = sum(w["in_flight"] for w in v.get("actors", {}).values())
                 p.add_row(escape(name), str(len(v.get("actors", {}))), str(in_flight), str(v.get("queued", 0)), str(v["replacements"]))

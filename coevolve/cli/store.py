@@ -97,9 +97,7 @@ def runs_list(
         return
     from rich.table import Table
 
-    t = Table(title=f"runs ({len(runs)})")
-    for col in ("run", "kind", "status", "created", "updated", "pid@host"):
-        t.add_column(col)
+    t = Table("run", "kind", "status", "created", "updated", "pid@host", title=f"runs ({len(runs)})")
     for r in runs:
         owner = "-" if r.pid is None else f"{r.pid}@{r.host}"
         t.add_row(r.run_id, r.kind, _status(r), _when(r.created), _when(r.updated), owner)
