@@ -323,23 +323,18 @@ def judge_stages(focus: int | None, keep_end: bool = True) -> list[Stage]:
         pos = [k for k, t in enumerate(p["turns"]) if t["turn"] in keep and t["turn"] != focus]
         return sorted(pos, key=lambda k: -abs(p["turns"][k]["turn"] - (focus if focus is not None else p["turns"][-1]["turn"])))
 
-    def clip_old(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
-        chosen = set(outside(p)[:n])
-        turns = [_clip_turn(t) if k in chosen else t for k, t in enumerate(p["turns"])]
-        ids = [p["turns"][k]["turn"] for k in sorted(chosen)]
-        return {**p, "turns": turns}, f"turns {_ranges(ids)}: observations, text and arguments clipped to {CLIP} chars"
+    def clipper(pick: Callable[[dict[str, Any]], list[int]], what: str) -> Callable[..., tuple[dict[str, Any], str]]:
+        def cut(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:  # the first n positions `pick` gives
+            chosen = set(pick(p)[:n])
+            turns = [_clip_turn(t) if k in chosen else t for k, t in enumerate(p["turns"])]
+            return {**p, "turns": turns}, what.format(_ranges([p["turns"][k]["turn"] for k in sorted(chosen)]))
+        return cut
 
     def drop_old(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
         chosen = set(outside(p)[:n])
         ids = [p["turns"][k]["turn"] for k in sorted(chosen)]
         line = f"[cut: {len(ids)} earlier turns ({_ranges(ids)}) to fit the context window]"
         return _mark({**p, "turns": [t for k, t in enumerate(p["turns"]) if k not in chosen]}, line), line
-
-    def clip_near(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
-        chosen = set(near(p)[:n])
-        ids = [p["turns"][k]["turn"] for k in sorted(chosen)]
-        turns = [_clip_turn(t) if k in chosen else t for k, t in enumerate(p["turns"])]
-        return {**p, "turns": turns}, f"neighbouring turns {_ranges(ids)} clipped to {CLIP} chars"
 
     def focus_parts(p: dict[str, Any]) -> int:
         return int(focus is not None and any(t["turn"] == focus for t in p["turns"])) + int("failing_turn" in p)
@@ -351,9 +346,10 @@ def judge_stages(focus: int | None, keep_end: bool = True) -> list[Stage]:
         return q, f"the focus turn ({focus}) clipped to {4 * CLIP} chars"
 
     return [
-        Stage("clip-old", lambda p: len(outside(p)), clip_old),
+        Stage("clip-old", lambda p: len(outside(p)),
+              clipper(outside, f"turns {{}}: observations, text and arguments clipped to {CLIP} chars")),
         Stage("drop-old", lambda p: len(outside(p)), drop_old),
-        Stage("clip-near", lambda p: len(near(p)), clip_near),
+        Stage("clip-near", lambda p: len(near(p)), clipper(near, f"neighbouring turns {{}} clipped to {CLIP} chars")),
         Stage("clip-focus", lambda p: min(1, focus_parts(p)), clip_focus),
         Stage("report", lambda p: int(bool(p.get("grader_report"))), _clip_report),
         Stage("tools", lambda p: int(bool(p.get("tools"))), _clip_tools),
