@@ -61,11 +61,9 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ faults
     def _forward(self, body: bytes, fault: str | None, key: str = "") -> None:
         spec = self.server.spec
-        if fault == "reset":
-            self._reset()
-            return
-        if fault == "timeout":
-            time.sleep(spec.timeout_s)  # the caller's own timeout fires first if it is shorter
+        if fault in ("reset", "timeout"):
+            if fault == "timeout":
+                time.sleep(spec.timeout_s)  # the caller's own timeout fires first if it is shorter
             self._reset()
             return
         if fault == "429":

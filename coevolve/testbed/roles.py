@@ -52,17 +52,12 @@ def role_of(messages: list[dict[str, Any]]) -> str | None:
 def answer(role: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], profile_name: str, seed: int):
 
     payload = payload_from_messages(messages)
-    if role == "judge-locate":
-        out = locate(payload)
-    elif role == "judge-score":
-        out = score(payload)
-    elif role == "judge-classify":
-        out = classify(payload)
-    elif role == "expert-rewrite":
+    if role == "expert-rewrite":
         return rewrite_reply(messages, tools, seed)
-    else:
+    judge = {"judge-locate": locate, "judge-score": score, "judge-classify": classify}.get(role)
+    if judge is None:
         raise BadInput(f"synthetic/{profile_name} does not play the role {role!r}")
-    text = json.dumps(out)
+    text = json.dumps(judge(payload))
     return SyntheticReply({"role": "assistant", "content": text}, sum(message_tokens(m) for m in messages), approx_tokens(text))
 
 

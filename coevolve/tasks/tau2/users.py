@@ -207,19 +207,13 @@ def known_facts(known_info: str) -> list[Fact]:
         for m in _ADDRESS.finditer(s):
             add("address", m.group(0))
         addresses = [f.value for f in facts if f.kind == "address"]
-        for m in _NAME.finditer(s):
-            add("name", m.group(1))
-        for m in _USER_ID.finditer(s):
-            add("user_id", m.group(0))
-        for m in _EMAIL.finditer(s):
-            add("email", m.group(0))
-        for m in _ZIP.finditer(s):
-            if not any(m.group(0) in a for a in addresses) or not any(f.kind == "zip" for f in facts):
-                add("zip", m.group(0))
-        for m in _RESERVATION.finditer(s):
-            add("reservation", m.group(0))
-        for m in _ORDER.finditer(s):
-            add("order", m.group(0))
+        for kind, pattern in (("name", _NAME), ("user_id", _USER_ID), ("email", _EMAIL), ("zip", _ZIP),
+                              ("reservation", _RESERVATION), ("order", _ORDER)):
+            for m in pattern.finditer(s):
+                value = m.group(pattern.groups)  # _NAME's one group is the name; the others are whole matches
+                # a zip inside an address is a fact of its own only when no zip is known yet
+                if kind != "zip" or not any(value in a for a in addresses) or not any(f.kind == "zip" for f in facts):
+                    add(kind, value)
         if len(facts) == found and not is_direction(s):
             add("other", s.rstrip("."))
     return facts

@@ -47,7 +47,7 @@ class WebsiteFamily(TaskFamily):
                 "report). Fix every reported link, wherever it appears, so that it leads to the page it was meant "
                 "for (the link text names that page). Change nothing else. Then call finish."
             )
-        ops = "\n".join(f"{i + 1}. {_op_text(op)}" for i, op in enumerate(w.menu_ops))
+        ops = "\n".join(f"{i + 1}. " + _OP_TEXT[op[0]].format(*op) for i, op in enumerate(w.menu_ops))
         return (
             f"{w.site} website, change request: reorganise the main menu.\n{ops}\n"
             "Keep every other item and its position as it is, and make sure no link in the main menu is broken "
@@ -60,15 +60,11 @@ class WebsiteFamily(TaskFamily):
         return check(env, self.plan(env.instance, self.full_knowledge()))
 
 
-def _op_text(op: tuple[str, ...]) -> str:
-    kind = op[0]
-    if kind == "rename":
-        return f'Rename the menu item "{op[1]}" to "{op[2]}" (same target).'
-    if kind == "move_under":
-        return f'Move the item "{op[1]}" so that it becomes the last sub-item of "{op[2]}".'
-    if kind == "remove":
-        return f'Remove the item "{op[1]}".'
-    if kind == "add_under":
-        return f'Add the page "{op[1]}" as the last sub-item of "{op[2]}", labelled with the page title.'
-    return f'Move the top-level item "{op[1]}" to the end of the menu.'
+_OP_TEXT = {  # a menu op's kind (op[0]) -> its line in the instruction, filled with op[1] and op[2]
+    "rename": 'Rename the menu item "{1}" to "{2}" (same target).',
+    "move_under": 'Move the item "{1}" so that it becomes the last sub-item of "{2}".',
+    "remove": 'Remove the item "{1}".',
+    "add_under": 'Add the page "{1}" as the last sub-item of "{2}", labelled with the page title.',
+    "move_last": 'Move the top-level item "{1}" to the end of the menu.',
+}
 
