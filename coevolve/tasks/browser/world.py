@@ -185,10 +185,9 @@ def _items(rng: random.Random, size: int) -> tuple[tuple[str, str, int, int], ..
 
 def build_world(seed: int, params: dict[str, Any]) -> BrowserWorld:
     rng = random.Random(seed)
-    difficulty = int(params["difficulty"])
     small = int(params["size"]) == 0
     size = max(1, int(params["size"]))
-    rate = TRAP_RATE.get(difficulty, 0.5)
+    rate = TRAP_RATE.get(int(params["difficulty"]), 0.5)
     kind = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0]
     traps: list[str] = []
 

@@ -93,10 +93,9 @@ def usd(w: BudgetWorld, r: Request, convert: bool = True) -> float:
 
 def build_world(seed: int, params: dict[str, Any]) -> BudgetWorld:
     rng = random.Random(seed)
-    difficulty = int(params["difficulty"])
     size = int(params["size"])
     small = size == 0  # the small-model level: two departments, three requests before the traps' own
-    trap_rate = TRAP_RATE.get(difficulty, TRAP_RATE[3])
+    trap_rate = TRAP_RATE.get(int(params["difficulty"]), TRAP_RATE[3])
     company = rng.choice(COMPANIES)
     day = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     caps = {c: float(round(v * rng.uniform(0.9, 1.1) / 500) * 500) for c, v in CATEGORIES.items()}

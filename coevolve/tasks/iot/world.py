@@ -42,10 +42,9 @@ def _fmt(v: float | None) -> str:
 
 def build_world(seed: int, params: dict[str, Any]) -> IotWorld:
     rng = random.Random(seed)
-    difficulty = int(params["difficulty"])
     size = int(params["size"])
     small = size == 0
-    trap_rate = TRAP_RATE.get(difficulty, 0.5)
+    trap_rate = TRAP_RATE.get(int(params["difficulty"]), 0.5)
     plant = f"P{rng.randint(1, 9)}"
     day = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     machines = tuple(f"M{i + 1:02d}" for i in range(2 + size))

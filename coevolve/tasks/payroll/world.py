@@ -161,9 +161,8 @@ def _stub(w: PayrollWorld, sid: int, e: Employee, period: str, pay: Pay, paid_on
 # ---------------------------------------------------------------------------------- generation
 def build_world(seed: int, params: dict[str, Any]) -> PayrollWorld:
     rng = random.Random(seed)
-    difficulty = int(params["difficulty"])
     size = int(params["size"])
-    trap_rate = TRAP_RATE.get(difficulty, TRAP_RATE[3])
+    trap_rate = TRAP_RATE.get(int(params["difficulty"]), TRAP_RATE[3])
     company, domain = rng.choice(COMPANIES)
     small = size == 0  # the small-model level: one audited week, two employees, one error, at most one trap
     n_periods = 1 if small else 2 if size < 3 else 3

@@ -150,10 +150,9 @@ def supplier_sheet(w: StockWorld) -> list[list[str]]:
 def build_world(seed: int, params: dict[str, Any]) -> StockWorld:
     """The instance's products, sheets, files and traps (unchanged since the single-module family)."""
     rng = random.Random(seed)
-    difficulty = int(params["difficulty"])
     size = int(params["size"])
     small = size == 0  # the small-model level: six products, one alert before the traps' own
-    trap_rate = TRAP_RATE.get(difficulty, 0.3)
+    trap_rate = TRAP_RATE.get(int(params["difficulty"]), 0.3)
     shop = rng.choice(SHOPS)
     domain = re.sub(r"[^a-z]", "", shop.lower()) + ".example"
     today = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"

@@ -190,10 +190,9 @@ def _menu_tuple(items: list[dict[str, Any]]) -> tuple[MenuItem, ...]:
 
 def build_world(seed: int, params: dict[str, Any]) -> SiteWorld:
     rng = random.Random(seed)
-    difficulty = int(params["difficulty"])
     size = int(params["size"])
     small = size == 0
-    trap_rate = TRAP_RATE.get(difficulty, 0.4)
+    trap_rate = TRAP_RATE.get(int(params["difficulty"]), 0.4)
     site = rng.choice(SITES)
     today = date(2026, rng.randint(1, 12), rng.randint(1, 28))
     kind = rng.choices([k for k, _ in KINDS], weights=[p for _, p in KINDS])[0]
