@@ -58,8 +58,8 @@ demo: $(STAMP) sandbox
 # servers). The suite is CPU-bound: both cores were 197% busy on average in one run. The test processes use
 # about 80% of its CPU, Ray's actors the rest. On 2-core machines, 2026-12-07, 2,267-2,273 passed, 1 skipped:
 # - 10 min 23 s from a fresh clone on a new machine, the install and Chromium's included (9 min 50 s of
-#   pytest; uv's cache warm); 12 min 07 s there that morning, uv's cache cold and before the install's two
-#   cuts (10 min 33 s of pytest, another job beside it);
+#   pytest; uv's cache warm); 12 min 07 s there two hours earlier, uv's cache cold and before the
+#   install's two cuts (10 min 33 s of pytest, another job beside it);
 # - 12 min 16 s and 12 min 05 s from a fresh clone on another machine (11 min 18 s and 11 min 17 s of pytest);
 #   10 min 55 s in a warm checkout there, 12 min 49 s to 16 min 46 s earlier that day.
 # On other 2-core machines it took 8-21 min (CI: 736-1,290 s).

@@ -49,10 +49,10 @@ releases is still the guard's decision on fresh pairs, so the run-level bound is
 **Chain** (`admit="chain"`, with a screen of N >= 1). Admission as with the gate, but each step's parent
 is the chain's head: of the last step that admitted any child, the one that passed the most of its screen
 (then the best val mean, then the first proposed). So every edit that passes the gate builds on the ones
-before it (one line of edits, GEPA's hill climb without its val selection). The guard tests the line's head instead of the
-pool's best val mean (on 4-12 val pairs that mean is mostly noise, and the head carries every fix so far),
-and an open attempt runs to its end instead of giving way to a newer head: a later attempt tests what the
-line has added by then. Choosing the candidate from the search's pairs never touches the guard's, so the
+before it (one line of edits, GEPA's hill climb without its val selection). The guard tests the line's
+head instead of the pool's best val mean (on 4-12 val pairs that mean is mostly noise, and the head
+carries every fix so far), and an open attempt runs to its end instead of giving way to a newer head: a
+later attempt tests what the line has added by then. Choosing the candidate from the search's pairs never touches the guard's, so the
 bound is unchanged.
 
 **Merge.** When a child is admitted next to an admitted sibling (same parent) whose edit touches
@@ -325,7 +325,7 @@ class RaceEvolution(HarnessEvolution):
         st = self._state
         rng = random.Random(f"parent|{self.cfg.seed}|{step}")
         if self.cfg.admit == "chain":
-            return st.head or next(iter(st.pool))
+            return self._head()
         members = sorted(st.pool)
         if len(members) == 1 or (self.cfg.admit == "race" and rng.random() < INCUMBENT_SHARE):
             return self._best()
@@ -603,7 +603,11 @@ class RaceEvolution(HarnessEvolution):
         attempt's candidate while one is open)."""
         if self.cfg.admit != "chain":
             return self._best()
-        return attempt.candidate if attempt is not None else self._state.head or next(iter(self._state.pool))
+        return attempt.candidate if attempt is not None else self._head()
+
+    def _head(self) -> str:
+        """The chain's head; the start (the pool's first member) before any step admitted a child."""
+        return self._state.head or next(iter(self._state.pool))
 
     def _guard_event(self, attempt: GuardAttempt, step: int) -> None:
         self.journal.append_event(self.run_id, "guard", {"iteration": step, **attempt.as_json()})
