@@ -70,6 +70,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from coevolve.agents.context import ELIDED, approx_tokens
@@ -206,16 +207,16 @@ def fit(
     limit = budget.limit if limit is None else limit
     messages = make(payload, False)
     tokens, by = budget.tokens(messages, tools)
-    if tokens <= limit:
-        return Fitted(messages, payload, (), tokens, by, limit)
-    scale = tokens / max(1, estimate_messages(messages, tools))
     best = Fitted(messages, payload, (), tokens, by, limit)
+    if best.fits:
+        return best
+    scale = tokens / max(1, estimate_messages(messages, tools))
     for _ in range(ROUNDS):
         p, notes = _run_stages(payload, make, stages, tools, lambda n, s=scale: n * s <= limit)
         messages = make(p, bool(notes))
         tokens, by = budget.tokens(messages, tools)
         best = Fitted(messages, p, tuple(notes), tokens, by, limit)
-        if tokens <= limit:
+        if best.fits:
             return best
         est = estimate_messages(messages, tools)
         if est * scale > limit:  # every stage was spent: nothing more to cut
@@ -276,15 +277,8 @@ def clip_prefix(text: str, tokens: int) -> str:
 
 
 def _ranges(ids: Sequence[int]) -> str:
-    out, ids = [], sorted(ids)
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ", ".join(out)
+    runs = [[v for _, v in g] for _, g in groupby(enumerate(sorted(ids)), lambda iv: iv[1] - iv[0])]
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _mark(p: dict[str, Any], line: str) -> dict[str, Any]:
@@ -336,9 +330,6 @@ def judge_stages(focus: int | None, keep_end: bool = True) -> list[Stage]:
         line = f"[cut: {len(ids)} earlier turns ({_ranges(ids)}) to fit the context window]"
         return _mark({**p, "turns": [t for k, t in enumerate(p["turns"]) if k not in chosen]}, line), line
 
-    def focus_parts(p: dict[str, Any]) -> int:
-        return int(focus is not None and any(t["turn"] == focus for t in p["turns"])) + int("failing_turn" in p)
-
     def clip_focus(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
         q = {**p, "turns": [_clip_turn(t, 4 * CLIP) if t["turn"] == focus else t for t in p["turns"]]}
         if "failing_turn" in q and n >= 1:
@@ -350,7 +341,7 @@ def judge_stages(focus: int | None, keep_end: bool = True) -> list[Stage]:
               clipper(outside, f"turns {{}}: observations, text and arguments clipped to {CLIP} chars")),
         Stage("drop-old", lambda p: len(outside(p)), drop_old),
         Stage("clip-near", lambda p: len(near(p)), clipper(near, f"neighbouring turns {{}} clipped to {CLIP} chars")),
-        Stage("clip-focus", lambda p: min(1, focus_parts(p)), clip_focus),
+        Stage("clip-focus", lambda p: int("failing_turn" in p or any(t["turn"] == focus for t in p["turns"])), clip_focus),
         Stage("report", lambda p: int(bool(p.get("grader_report"))), _clip_report),
         Stage("tools", lambda p: int(bool(p.get("tools"))), _clip_tools),
         Stage("task", lambda p: int(len(p.get("task") or "") > 8 * CLIP), _clip_task),
@@ -415,11 +406,9 @@ def expert_stages() -> list[Stage]:
     def drop_old(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
         msgs = p["prefix_messages"]
         head, turns = _prefix_turns(msgs)
-        gone = turns[:n]
         line = f"[cut: {n} earlier turns ({_ranges(range(n))}) to fit the context window]"
-        rest = msgs[gone[-1][1] :] if gone else msgs[head:]
-        marker = {"role": "user", "content": line}
-        return {**p, "prefix_messages": [*msgs[:head], marker, *rest]}, line
+        rest = msgs[turns[n - 1][1] :] if n else msgs[head:]
+        return {**p, "prefix_messages": [*msgs[:head], {"role": "user", "content": line}, *rest]}, line
 
     def clip_failing(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
         return {**p, "failing_turn": _clip_turn(p["failing_turn"], 4 * CLIP)}, f"the failing turn clipped to {4 * CLIP} chars"
@@ -486,13 +475,9 @@ def evidence_stages() -> list[Stage]:
 
     def drop_tails(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
         per = Counter(j for j, _ in tail_units(p)[:n])
-        fs = []
-        for j, f in enumerate(p["failures"]):
-            k = per.get(j, 0)
-            if k:
-                f = {**f, "transcript_tail": f["transcript_tail"][k:],
-                     "transcript_tail_cut": f"[cut: {k} earlier messages of this tail]"}
-            fs.append(f)
+        fs = [{**f, "transcript_tail": f["transcript_tail"][k:],
+               "transcript_tail_cut": f"[cut: {k} earlier messages of this tail]"} if (k := per[j]) else f
+              for j, f in enumerate(p["failures"])]
         return {**p, "failures": fs}, f"{n} of the oldest transcript-tail messages cut across {len(per)} failures"
 
     def drop_failures(p: dict[str, Any], n: int) -> tuple[dict[str, Any], str]:
@@ -554,8 +539,6 @@ def evolve_cut_note(proposal_events: Sequence[dict[str, Any]]) -> str | None:
         if str(e.get("error") or "").startswith("proposer call failed"):
             failed.add(e.get("iteration"))
     iterations = {e.get("iteration") for e in proposal_events}
-    if not by_iteration and not failed:
-        return None
     parts = []
     if by_iteration:
         last = by_iteration[max(by_iteration, key=lambda i: (i is not None, i))]
@@ -563,7 +546,7 @@ def evolve_cut_note(proposal_events: Sequence[dict[str, Any]]) -> str | None:
                      f"{len(iterations)} iterations (last: {'; '.join(last)})")
     if failed:
         parts.append(f"the proposer call failed in {len(failed)} iterations (recorded as failed proposals)")
-    return "; ".join(parts)
+    return "; ".join(parts) or None
 
 
 def build_cut_note(manifest: dict[str, Any]) -> str | None:
@@ -571,8 +554,6 @@ def build_cut_note(manifest: dict[str, Any]) -> str | None:
     usage = manifest.get("usage") or {}
     fitted = {r: int(u.get("fitted", 0)) for r, u in usage.items() if u.get("fitted")}
     failed = {r: int(u.get("failed_calls", 0)) for r, u in usage.items() if u.get("failed_calls")}
-    if not fitted and not failed:
-        return None
     parts = []
     if fitted:
         parts.append("prompts cut to fit the model's context window: "
@@ -582,4 +563,4 @@ def build_cut_note(manifest: dict[str, Any]) -> str | None:
                      " and the run's correction events)")
     if failed:
         parts.append("role calls that failed (recorded as unknown): " + ", ".join(f"{r} {n}" for r, n in sorted(failed.items())))
-    return "; ".join(parts)
+    return "; ".join(parts) or None
