@@ -41,6 +41,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import takewhile
 from typing import Any
 
 from coevolve.agents.context import approx_tokens, is_cut, message_tokens
@@ -253,7 +254,8 @@ class SyntheticPolicy:
         user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
         match = TASK_ID.search(user)
         if not match:
-            return self._say("I cannot find a task id in the conversation.", prompt_tokens)
+            say = "I cannot find a task id in the conversation."
+            return SyntheticReply({"role": "assistant", "content": say}, prompt_tokens, approx_tokens(say))
         if self.profile.only_finish:
             call = {"id": "call_finish", "type": "function", "function": {"name": "finish", "arguments": "{}"}}
             return SyntheticReply({"role": "assistant", "content": "Done.", "tool_calls": [call]}, prompt_tokens, 2)
@@ -297,18 +299,14 @@ class SyntheticPolicy:
         plan = family.plan(instance, knowledge)
         calls = _calls(messages)
         matched: dict[int, _Call] = {}
-        attempts: dict[int, int] = {}
         p = 0
         for call in calls:
             if p < len(plan) and call.name == plan[p].tool:
-                attempts[p] = attempts.get(p, 0) + 1
                 matched[p] = call
-                if not _hook_answer(call.result):
-                    p += 1
+                p += not _hook_answer(call.result)
                 continue
             for j in range(p - 1, -1, -1):  # a redo of an earlier step replaces its record
                 if plan[j].tool == call.name:
-                    attempts[j] = attempts.get(j, 0) + 1
                     matched[j] = call
                     break
         # React to an environment error in the last turn: redo that step (at the repair rate).
@@ -329,11 +327,8 @@ class SyntheticPolicy:
 
         # A careful agent re-reads data it can no longer see before acting on it.
         if self.profile.rereads and p < len(plan):
-            missing = [u for u in plan[p].uses if not available(u)]
-            if missing:
-                p = missing[0]
-        if p >= len(plan):
-            p = len(plan) - 1  # everything done: finish (again)
+            p = next((u for u in plan[p].uses if not available(u)), p)
+        p = min(p, len(plan) - 1)  # everything done: finish (again)
 
         def plan_for(n: int) -> tuple[list[PlanStep], Knowledge]:
             k = replace(knowledge, cut=frozenset(u for u in plan[n].uses if not available(u)))
@@ -343,10 +338,7 @@ class SyntheticPolicy:
         rate = self.profile.batch_rate if self.profile.batch_rate is not None else float(self.profile.style == "batched")
         batching = not constrained and not STEPWISE.stated_in(text) and draw(rate)
         if batching:
-            n = p + 1
-            while n < len(plan) and all(u < p for u in plan[n].uses):
-                batch.append(n)
-                n += 1
+            batch += takewhile(lambda n: all(u < p for u in plan[n].uses), range(p + 1, len(plan)))
         cause = None
         if len(batch) > self.profile.planning_capacity:
             batch = batch[: self.profile.planning_capacity] + [len(plan) - 1]
@@ -446,10 +438,6 @@ class SyntheticPolicy:
         if k.cut:
             return {"category": "long-context", "cut": sorted(k.cut), "step": n}
         return {"category": "other", "step": n}
-
-    @staticmethod
-    def _say(text: str, prompt_tokens: int) -> SyntheticReply:
-        return SyntheticReply({"role": "assistant", "content": text}, prompt_tokens, approx_tokens(text))
 
 
 def learn_adapter(rows: Sequence[Any], base_model: str) -> dict[str, Any]:
