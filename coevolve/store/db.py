@@ -116,8 +116,6 @@ def _create_statement(table: str) -> str:
     return _SCHEMA[start : _SCHEMA.index(");", start) + 2]
 
 
-_COUNTERFACTUALS_TABLE = _create_statement("counterfactuals")  # what migrations create
-_ROLLOUTS_TABLE = _create_statement("rollouts")
 _TABLES_V2 = frozenset({"meta", "harnesses", "aliases", "runs", "trajectory_batches", "events", "adapters"})
 _TABLES_V3 = _TABLES_V2 | {"counterfactuals"}  # schema 3 added the counterfactual cache
 _TABLES = _TABLES_V3 | {"rollouts"}  # schema 4 added the rollout index
@@ -425,8 +423,7 @@ class Database:
 
     def integrity_check(self) -> str:
         """sqlite's `PRAGMA integrity_check` ('ok' when the database is sound)."""
-        rows = self._read("PRAGMA integrity_check")
-        return "; ".join(str(r[0]) for r in rows)
+        return "; ".join(str(r[0]) for r in self._read("PRAGMA integrity_check"))
 
 
 @contextmanager
@@ -468,9 +465,9 @@ def _migrate(c: sqlite3.Connection, batch_keys: Callable[[str], BatchKeys | None
                 c.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
         c.execute("UPDATE runs SET updated = COALESCE(finished, created) WHERE updated IS NULL")
     if version <= 2:
-        c.execute(_COUNTERFACTUALS_TABLE)
+        c.execute(_create_statement("counterfactuals"))
     if version <= 3:
-        c.execute(_ROLLOUTS_TABLE)
+        c.execute(_create_statement("rollouts"))
         for seq, run_id, blob in c.execute(
             "SELECT seq, run_id, blob FROM trajectory_batches ORDER BY seq"
         ).fetchall():
@@ -499,8 +496,6 @@ def is_fresh_store_dir(root: str | Path) -> bool:
 def _own_subfolders(root: Path, entries: set[str]) -> list[str] | None:
     """The entries as `name/` when every one is a directory (or a link to one, e.g. models/ on a big
     disk) named in `STORE_SUBFOLDERS`: a fresh store the project has started to fill. Else None."""
-    if not entries <= set(STORE_SUBFOLDERS):
-        return None
-    if not all((root / name).is_dir() for name in entries):
-        return None
-    return [f"{name}/" for name in sorted(entries)]
+    if entries <= set(STORE_SUBFOLDERS) and all((root / name).is_dir() for name in entries):
+        return [f"{name}/" for name in sorted(entries)]
+    return None
