@@ -273,9 +273,13 @@ class Checks(Blobs):
             if missing:
                 keyed.update((rid, key) for _, key, _, _, _ in missing)
                 unindexed.append((subject, missing))
-        fixed = repair and bool(unindexed) and self._reindex([row for _, rows in unindexed for row in rows])
+        if repair and unindexed:  # add the missing index rows
+            self._write(lambda c: c.executemany(
+                "INSERT OR IGNORE INTO rollouts(run_id, key, batch, idx, cost_usd) VALUES (?, ?, ?, ?, ?)",
+                [row for _, rows in unindexed for row in rows],
+            ))
         for subject, rows in unindexed:
-            problem("bad_rollout_index", subject, f"{len(rows)} stored rollouts are not in the index", fixed)
+            problem("bad_rollout_index", subject, f"{len(rows)} stored rollouts are not in the index", repair)
         checked["trajectory_batches"] = len(batches)
         checked["indexed_rollouts"] = len(index)
         checked["events"] = int(events[0][0])
@@ -292,14 +296,11 @@ class Checks(Blobs):
             if not isinstance(ref, AdapterRef) or ref.id != aid:
                 problem("bad_adapter", aid, f"record holds {type(ref).__name__} {getattr(ref, 'id', '')!r}")
                 continue
-            places = (
-                [Path(ref.path).expanduser(), self.root / "adapters" / aid]
-                if ref.path
-                else [self.root / "adapters" / aid]
-            )
+            places = [Path(ref.path).expanduser()] if ref.path else []
+            places.append(self.root / "adapters" / aid)
             if not any((p / f).is_file() for p in places for f in _ADAPTER_FILES):
                 problem(
-                    "missing_adapter", aid, f"no {' or '.join(_ADAPTER_FILES)} in {ref.path or places[0]}"
+                    "missing_adapter", aid, f"no {' or '.join(_ADAPTER_FILES)} in {ref.path or places[-1]}"
                 )
         checked["adapters"] = len(adapters)
 
@@ -309,10 +310,8 @@ class Checks(Blobs):
             if st != "running" and not leased:
                 continue
             alive = _owner_alive(pid, host, pstart, bool(leased), beat)
-            if alive is None:
-                unknown += 1
-                continue
-            if alive:
+            unknown += alive is None
+            if alive is None or alive:
                 continue
             owner = f"pid {pid} on {host}" if pid is not None else "an unrecorded process"
             fixed = repair and self._mark_interrupted(rid, pid, host, pstart)
@@ -325,16 +324,6 @@ class Checks(Blobs):
         checked["runs"] = len(runs)
         checked["runs_on_other_hosts"] = unknown
         return CheckReport(str(self.root), checked, tuple(problems))
-
-    def _reindex(self, rows: list[tuple[str, str, int, int, float]]) -> bool:
-        """Add index rows a check found missing (run, key, batch seq, position, cost)."""
-        self._write(
-            lambda c: c.executemany(
-                "INSERT OR IGNORE INTO rollouts(run_id, key, batch, idx, cost_usd) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
-        )
-        return True
 
     def _verify_object(self, digest: str) -> str:
         try:
@@ -400,9 +389,7 @@ def _leftover_tmp(path: Path) -> bool:
 
 def _unlink(path: Path) -> bool:
     try:
-        path.unlink()
-    except FileNotFoundError:
-        return True
+        path.unlink(missing_ok=True)
     except OSError:
         return False
     return True
