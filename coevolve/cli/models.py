@@ -116,15 +116,11 @@ def serve(
     console.print(f"adapters: {state['adapters_dir']}/<adapter_id>  ->  vllm/<model>@<adapter_id>")
     if detach:
         return
-    stopping = {"flag": False}
-
-    def _stop(*_: Any) -> None:
-        stopping["flag"] = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stopping: list[int] = []  # the signals received
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _: stopping.append(signum))
     try:
-        while not stopping["flag"]:
+        while not stopping:
             time.sleep(0.5)
     finally:
         console.print("stopping ...")
@@ -415,15 +411,14 @@ def _not_plain_folder(root: Path) -> str | None:
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             p = Path(folder) / name
-            mode = p.lstat().st_mode
-            if stat.S_ISLNK(mode):
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
                 return f"{p} is a symbolic link"
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
                 return f"{p} is not a regular file"
-            if stat.S_ISREG(mode):
-                total += p.lstat().st_size
-                if total > MAX_ADAPTER_BYTES:
-                    return f"it holds over {MAX_ADAPTER_BYTES:,} bytes"
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+            if total > MAX_ADAPTER_BYTES:
+                return f"it holds over {MAX_ADAPTER_BYTES:,} bytes"
     return None
 
 
@@ -432,9 +427,3 @@ def register(app: typer.Typer) -> None:
     app.add_typer(serve_app, name="serve")
     app.command("train")(train)
     app.add_typer(models_app, name="models")
-
-
-if __name__ == "__main__":  # `python -m coevolve.cli.models ...` before the main CLI wires it in
-    _app = typer.Typer(no_args_is_help=True)
-    register(_app)
-    _app()
