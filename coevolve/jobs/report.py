@@ -59,7 +59,7 @@ def gather(store: Any, run_id: str, judge_model: str | None = None) -> dict[str,
     cells = {e.payload["cell"]: e.payload for e in store.events(run_id, "cell")}
     judge_model = judge_model or cfg.get("judge", "synthetic/judge")
     comp_events = {e.payload["cell"]: e.payload for e in store.events(run_id, "composition")}
-    data: dict[str, Any] = {"run_id": run_id, "config": cfg, "cells": cells, "composition": {}, "drift": {},
+    data: dict[str, Any] = {"run_id": run_id, "config": cfg, "cells": cells, "drift": {},
                             "lineage": {}, "usage": {}, "cost": defaultdict(lambda: defaultdict(float))}
     from coevolve.agents.judge import Judge
     from coevolve.analysis.usage import edit_usage
@@ -108,9 +108,7 @@ def gather(store: Any, run_id: str, judge_model: str | None = None) -> dict[str,
                 if base and ("weak", arm) in fps:
                     data["drift"][(family, label, arm)] = {"distance": drift(base, fps[("weak", arm)]),
                                                           "base": base, "adapted": fps[("weak", arm)]}
-    for key, ev in comp_events.items():
-        _, family, who, label, weights = key.split(":")
-        data["composition"][key] = ev["labels"]
+    data["composition"] = {key: ev["labels"] for key, ev in comp_events.items()}
     return data
 
 
@@ -341,8 +339,7 @@ judge {html.escape(cfg['judge'])}; {cfg['repeats']} seeds per test instance.</p>
 
 
 def write_report(store: Any, run_id: str, out_dir: Path | None = None, judge_model: str | None = None) -> tuple[Path, Path]:
-    data = gather(store, run_id, judge_model)
-    return render(data, out_dir or store.root / "reports" / run_id)
+    return render(gather(store, run_id, judge_model), out_dir or store.root / "reports" / run_id)
 
 
 # ------------------------------------------------------------------ co-evolution runs (`coevolve run`)
