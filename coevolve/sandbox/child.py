@@ -28,16 +28,13 @@ _MESSAGE = 2000  # longest message the runners record for one test
 def _settings(argv):
     """((MODE, ROOT, BASE, MARK, VIOL, MEM, PER_TEST), the paths) from a run's argv; sets its rlimits."""
     (MODE, ROOT, BASE, MARK, VIOL, NPROC, MEM, CPU, FSIZE, NOFILE, PER_TEST), rest = argv[:11], argv[11:]
-    def _lim(which, value):
-        resource.setrlimit(which, (value, value))
-    _lim(resource.RLIMIT_AS, int(MEM))
-    _lim(resource.RLIMIT_CPU, int(CPU))
-    _lim(resource.RLIMIT_FSIZE, int(FSIZE))
-    _lim(resource.RLIMIT_CORE, 0)
-    _lim(resource.RLIMIT_NOFILE, int(NOFILE))
-    _lim(resource.RLIMIT_MSGQUEUE, 0)  # no POSIX message queues (they would outlive the run)
+    limits = {resource.RLIMIT_AS: MEM, resource.RLIMIT_CPU: CPU, resource.RLIMIT_FSIZE: FSIZE,
+              resource.RLIMIT_CORE: 0, resource.RLIMIT_NOFILE: NOFILE,
+              resource.RLIMIT_MSGQUEUE: 0}  # no POSIX message queues (they would outlive the run)
     if NPROC != "-":
-        _lim(resource.RLIMIT_NPROC, int(NPROC))
+        limits[resource.RLIMIT_NPROC] = NPROC
+    for which, value in limits.items():
+        resource.setrlimit(which, (int(value), int(value)))
     return (MODE, os.path.realpath(ROOT), os.path.realpath(BASE), MARK, VIOL, int(MEM), float(PER_TEST)), rest
 
 
