@@ -38,6 +38,14 @@ def _settings(argv):
     return (MODE, os.path.realpath(ROOT), os.path.realpath(BASE), MARK, VIOL, int(MEM), float(PER_TEST)), rest
 
 
+def _quiet(fn, *args):
+    """fn(*args), an OSError ignored (a write to a closed stderr, a kill of a process already gone)."""
+    try:
+        fn(*args)
+    except OSError:
+        pass
+
+
 def _inside(full, root):
     return full == root or full.startswith(root + os.sep)
 
@@ -58,10 +66,7 @@ def _audit_hook(ROOT, BASE, VIOL):
     _busy = [False]
 
     def _mark(kind, what):
-        try:
-            os.write(2, ("\n" + VIOL + kind + ": " + what + "\n").encode())
-        except OSError:
-            pass
+        _quiet(os.write, 2, ("\n" + VIOL + kind + ": " + what + "\n").encode())
 
     def _refuse(kind, what):
         _mark(kind, what)
@@ -197,10 +202,7 @@ def _runner(PER_TEST, MEM, VIOL, mark, shown, stop=None):
                 stop()
             return "error", f"stopped: ran longer than {PER_TEST} s (endless loop?)"
         except MemoryError:
-            try:
-                os.write(2, memline)
-            except OSError:
-                pass
+            _quiet(os.write, 2, memline)
             return "error", "stopped: memory limit exceeded"
         except _Gone as e:
             return "error", _cut(str(e))
@@ -464,10 +466,7 @@ def _package_server(rfd, wfd, ROOT, BASE, VIOL, MEM):
                 raise ValueError(f"unknown request {op!r}")
             return {"ok": _enc(value, ref), **({"attrs": attrs} if attrs else {})}
         except MemoryError:
-            try:
-                os.write(2, memline)
-            except OSError:
-                pass
+            _quiet(os.write, 2, memline)
             return {"raise": {"types": ["MemoryError"], "msg": "", "where": []}}
         except BaseException as e:  # noqa: BLE001 - whatever the package raised is the answer
             try:
@@ -720,10 +719,7 @@ class _Link:
         pid = self.session if self.testing else self.spid
         if pid is None:
             return
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        _quiet(os.kill, pid, signal.SIGKILL)
         if not self.testing:
             self._why_dead()
             self.dead = "the package's process was stopped: it ran longer than the test time limit at import"
@@ -732,10 +728,7 @@ class _Link:
         while self.session is not None:
             if not (b"\n" in self.lines.buf or select.select([self.lines.fd], [], [], deadline)[0]):
                 self.dead = "the package's process stopped answering"
-                try:
-                    os.kill(self.spid, signal.SIGKILL)
-                except OSError:
-                    pass
+                _quiet(os.kill, self.spid, signal.SIGKILL)
                 self.session = None
                 return
             line = self.lines.line()
