@@ -142,10 +142,8 @@ class _Raises:
             raise AssertionError("DID NOT RAISE " + getattr(self.exc, "__name__", str(self.exc)))
         if not issubclass(et, self.exc):
             return False
-        if self.match is not None:
-            import re
-            if not re.search(self.match, str(ev)):
-                raise AssertionError(f"pattern {self.match!r} not found in {str(ev)!r}")
+        if self.match is not None and not _re.search(self.match, str(ev)):
+            raise AssertionError(f"pattern {self.match!r} not found in {str(ev)!r}")
         self.value = ev
         return True
 
