@@ -620,7 +620,8 @@ class _Link:
         if op == "call":
             msg["args"] = [_enc(a, self._out) for a in fields["args"]]
             msg["kwargs"] = [[str(k), _enc(v, self._out)] for k, v in fields["kwargs"].items()]
-        return self._value(self._exchange(msg))
+        self._send(msg)
+        return self._value(self._answer(msg))
 
     def _value(self, answer):
         if type(answer) is not dict:
@@ -632,17 +633,11 @@ class _Link:
                 if type(value) is _Ref and type(attrs) is dict:
                     value._sbx_next = {str(n): _dec(v, self._in) for n, v in attrs.items()}
                 return value
-            except _Gone:
-                raise
             except Exception as e:  # noqa: BLE001 - any answer the runner cannot read
                 raise _Gone(f"the package's answer is not a value the tests can read ({type(e).__name__})") from None
         if "raise" in answer:
             raise self._exception(answer["raise"])
         raise _Gone(str(answer.get("fail"))[:_MESSAGE])
-
-    def _exchange(self, msg):
-        self._send(msg)
-        return self._answer(msg)
 
     def _send(self, msg):
         try:
@@ -722,9 +717,8 @@ class _Link:
             self._why_dead()
             self.dead = "the package's process was stopped: it ran longer than the test time limit at import"
             return
-        deadline = 2.0
         while self.session is not None:
-            if not (b"\n" in self.lines.buf or select.select([self.lines.fd], [], [], deadline)[0]):
+            if not (b"\n" in self.lines.buf or select.select([self.lines.fd], [], [], 2.0)[0]):
                 self.dead = "the package's process stopped answering"
                 _quiet(os.kill, self.spid, signal.SIGKILL)
                 self.session = None
