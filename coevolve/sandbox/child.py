@@ -10,6 +10,7 @@ never imports the project package). Standard library only; the guard below refus
 import builtins
 import datetime as _dt
 import gc
+import itertools
 import json as _json
 import os
 import re as _re
@@ -552,8 +553,8 @@ class _Link:
 
     def __init__(self, wfd, rfd, spid, packages):
         self.wfd, self.lines, self.spid, self.packages = wfd, _Lines(rfd), spid, frozenset(packages)
-        self.seq, self.gen, self.session, self.dead, self.testing = 0, 0, None, None, False
-        self.refs, self.ahead = {}, {}
+        self.gen, self.session, self.dead, self.testing = 0, None, None, False
+        self.refs, self.ahead, self.seq = {}, {}, itertools.count(1)
         self.real_import = builtins.__import__
 
     # -- the import statement of the test modules: the package's modules come from its process
@@ -591,7 +592,7 @@ class _Link:
         items = [i for i in items if i[0].partition(".")[0] in self.packages]
         if not items:
             return None
-        msg = {"seq": self._next(), "op": "imports", "items": items}
+        msg = {"seq": next(self.seq), "op": "imports", "items": items}
         self._send(msg)
         return msg
 
@@ -603,14 +604,10 @@ class _Link:
             for (name, fromlist), one in zip(msg["items"], each):
                 self.ahead.setdefault((name, tuple(fromlist)), []).append(one)
 
-    def _next(self):
-        self.seq += 1
-        return self.seq
-
     def request(self, op, ref, **fields):
         if self.testing and self.session is None:
             self._session()
-        msg = {"seq": self._next(), "op": op}
+        msg = {"seq": next(self.seq), "op": op}
         if ref is not None:
             msg["ref"] = self._key(ref)
         if "name" in fields:
