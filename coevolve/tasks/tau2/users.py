@@ -391,19 +391,10 @@ class ScriptedUser:
         """The not-yet-said request, background sentence or "other" fact that shares the most content words
         with the agent's question (ties: the earliest), said and removed; None when none shares one."""
         asked = _content_words(text)
-        best: Any = None
-        best_n = 0
-        for pool in (self.pending, self.background):
-            for i, sentence in enumerate(pool):
-                n = len(asked & _content_words(sentence))
-                if n > best_n:
-                    best, best_n = (pool, i), n
-        for f in self.known:
-            if f.kind == "other" and f not in self.disclosed:
-                n = len(asked & _content_words(f.value))
-                if n > best_n:
-                    best, best_n = f, n
-        if best is None:
+        found: list[tuple[Any, str]] = [((pool, i), s) for pool in (self.pending, self.background) for i, s in enumerate(pool)]
+        found += [(f, f.value) for f in self.known if f.kind == "other" and f not in self.disclosed]
+        n, best = max(((len(asked & _content_words(s)), what) for what, s in found), key=lambda c: c[0], default=(0, None))
+        if not n:
             return None
         if isinstance(best, Fact):
             self.disclosed.add(best)
