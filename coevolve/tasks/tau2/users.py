@@ -138,9 +138,7 @@ def own_words(sentence: str) -> str | None:
     if cut <= 0:
         return None
     lead = lead[:cut].strip()
-    if len(lead.split()) >= 4 and _WANT.search(lead) and not is_direction(lead):
-        return lead
-    return None
+    return lead if len(lead.split()) >= 4 and _WANT.search(lead) and not is_direction(lead) else None
 
 
 # ---------------------------------------------------------------------------------- facts
@@ -339,10 +337,8 @@ class ScriptedUser:
         self.disclosed: set[Fact] = set()
         wants, background = [], []
         for s in sentences(_join_lists(sc.reason_for_call)) + sentences(_join_lists(sc.task_instructions)):
-            words = own_words(s)
-            if words is None:
-                continue
-            (wants if _WANT.search(words) else background).append(words)
+            if (words := own_words(s)) is not None:
+                (wants if _WANT.search(words) else background).append(words)
         if not wants and background:
             wants.append(background.pop(0))  # a reason for calling with no "want" in it is still the reason
         self.requests = wants
@@ -419,8 +415,7 @@ class ScriptedUser:
                 return self._pick(_YES)
             restate = self._say(self.requests[0]) if self.requests else ""
             return f"{self._pick(_DECLINE)} {restate}".strip()
-        kinds = asked_kinds(text, self.known)
-        facts = self._facts(kinds) if kinds else ""
+        facts = self._facts(asked_kinds(text, self.known))
         if facts:
             return facts
         if _CLOSING.search(text):
