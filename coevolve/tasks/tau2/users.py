@@ -330,7 +330,6 @@ class ScriptedUser:
         if not isinstance(sc, Scenario):
             raise TypeError(f"ScriptedUser takes a tau2 Scenario, got {type(sc).__name__}")
         self.scenario = sc
-        self.seed = seed
         self.rng = random.Random(seed)
         self.known = known_facts(sc.known_info)
         self.unknown = unknown_kinds(sc.unknown_info)
@@ -352,9 +351,8 @@ class ScriptedUser:
         self._opening: str | None = None
 
     # ------------------------------------------------------------------ speech
-    def _say(self, scenario_text: str) -> str:
+    def _say(self, text: str) -> str:
         """A scenario sentence in the customer's words, without known facts it has not given yet."""
-        text = scenario_text
         for f in self.known:
             if f.kind != "other" and f not in self.disclosed and f.value in text:
                 text = text.replace(f.value, "")
@@ -421,8 +419,7 @@ class ScriptedUser:
         if _CLOSING.search(text):
             return self._next_request()
         if "?" in text:
-            said = self._relevant(text)
-            if said:
+            if said := self._relevant(text):
                 return said
             if not self.pending:
                 return self._pick(_ACK) if self.replies <= 1 else self._pick(_DONE).format(stop=STOP)
@@ -509,8 +506,7 @@ class SimulatedUser:
         `attempts` tries."""
         from coevolve.tasks.tau2.data import tau2
 
-        t = tau2()
-        self.t = t
+        self.t = t = tau2()
         self.model = model
         self.attempts = 1 if call is not None else attempts
         args = dict(llm_args)
