@@ -165,12 +165,11 @@ class Tau2Env(TaskEnv):
 
     def call(self, impl: str, args: Any) -> ToolResult:
         self._ensure_open()
-        if impl not in self._domain_tools:
-            if self.protocol == "tau2":  # message_user or finish offered by a harness: not tau2's tools
-                self.calls.append((impl, args if isinstance(args, dict) else {"_raw": args}))
-                return self._failed(f"error: {impl} is not a tool of this conversation")
+        if impl not in self._domain_tools and self.protocol != "tau2":
             return super().call(impl, args)
         self.calls.append((impl, args if isinstance(args, dict) else {"_raw": args}))
+        if impl not in self._domain_tools:  # message_user or finish offered by a harness: not tau2's tools
+            return self._failed(f"error: {impl} is not a tool of this conversation")
         if self.termination is not None:
             return ToolResult("error: the conversation has ended", error=True)
         if not isinstance(args, dict):
