@@ -90,8 +90,7 @@ class Tau2Env(TaskEnv):
 
     def __init__(self, instance: TaskInstance, domain: str, task_id: str):
         super().__init__(instance)
-        t = tau2()
-        self.t = t
+        self.t = tau2()
         self.domain, self.task_id = domain, task_id
         self.task = task_model(domain, task_id)
         self.env = new_environment(domain)
@@ -216,8 +215,7 @@ class Tau2Env(TaskEnv):
         self._ensure_channel()
         if self.termination is not None:
             return None, True
-        M = self.t.message
-        said = M.AssistantMessage(role="assistant", content=text)
+        said = self.t.message.AssistantMessage(role="assistant", content=text)
         self.messages.append(said)
         self.steps += 1
         if self._limits():
@@ -230,10 +228,7 @@ class Tau2Env(TaskEnv):
         reply = answer.content or ""
         if is_stop(reply):
             self.termination = self.t.simulation.TerminationReason.USER_STOP
-        self._limits()
-        if self.termination is not None:
-            self.finished = True
-        return reply, self.termination is not None
+        return reply, self._limits()
 
     def begin_turn(self, text: str | None) -> None:
         """An agent message with tool calls opens: its text (if any) is recorded with the calls that follow."""
