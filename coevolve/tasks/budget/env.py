@@ -153,8 +153,7 @@ class BudgetEnv(TaskEnv):
         rs = [self._request(x) for x in request_ids]
         if len({r.id for r in rs}) != len(rs):
             raise ToolArgError("a request appears twice in request_ids")
-        other = [r.id for r in rs if r.department != department]
-        if other:
+        if other := [r.id for r in rs if r.department != department]:
             raise ToolArgError(f"not requests of {department}: {', '.join(other)}")
         total = round_money(sum(usd(w, r) for r in rs))
         left = round_money(w.balances[department] - total)
@@ -182,10 +181,7 @@ class BudgetEnv(TaskEnv):
 
     # ------------------------------------------------------------------ helpers
     def _single(self, request_id: Any, decision: str, reason_code: Any, comment: Any) -> str:
-        item = {"request_id": request_id, "decision": decision, "reason_code": reason_code}
-        if comment is not None:
-            item["comment"] = comment
-        d = self._validate(item)
+        d = self._validate({"request_id": request_id, "decision": decision, "reason_code": reason_code, "comment": comment})
         self.register[d["request_id"]] = d
         return f"{d['request_id']}: {decision} ({d['reason_code']}) recorded"
 
