@@ -255,32 +255,23 @@ def llm_configs(config: ServeConfig, adapters_dir: str | Path) -> list[Any]:
     serve_llm = import_serve_llm()
     from ray.serve.llm import LLMConfig
 
-    LOCAL_PREFIX, LocalLoraLLMServer = serve_llm.LOCAL_PREFIX, serve_llm.LocalLoraLLMServer
     NICENESS = variable("engine_niceness")
 
     out = []
-    lora_root = f"{LOCAL_PREFIX}{Path(adapters_dir).resolve()}"
+    lora_root = f"{serve_llm.LOCAL_PREFIX}{Path(adapters_dir).resolve()}"
     models = list(config.models)
     for m in config.models:  # each merged adapter: the same engine on the merged weights, without LoRA
         models += [m.model_copy(update={"model_id": merged_model_id(m.model_id, a), "lora": False, "merged_adapters": [],
                                         "source": str(merged_dir(adapters_dir, m.model_id, a))}) for a in m.merged_adapters]
     for m in models:
-        a = m.autoscaling
-        autoscaling = {
-            "min_replicas": a.min_replicas,
-            "max_replicas": a.max_replicas,
-            "target_ongoing_requests": a.target_ongoing_requests,
-        }
-        if a.initial_replicas is not None:
-            autoscaling["initial_replicas"] = a.initial_replicas
-        deployment: dict[str, Any] = {"autoscaling_config": autoscaling}
+        deployment: dict[str, Any] = {"autoscaling_config": m.autoscaling.model_dump(exclude_none=True)}
         if m.replica_cpus is not None:
             deployment["ray_actor_options"] = {"num_cpus": m.replica_cpus}
         kwargs: dict[str, Any] = {
             "model_loading_config": {"model_id": m.model_id, "model_source": _resolve_source(m.source)},
             "engine_kwargs": _engine_kwargs(m),
             "deployment_config": deployment,
-            "server_cls": LocalLoraLLMServer,
+            "server_cls": serve_llm.LocalLoraLLMServer,
         }
         env = dict(m.env) | ({NICENESS: str(m.niceness)} if m.niceness is not None else {})
         if env:
@@ -326,9 +317,8 @@ def state_path(store: str | Path | None = None) -> Path:
 
 
 def read_state(store: str | Path | None = None) -> dict[str, Any] | None:
-    p = state_path(store)
     try:
-        return json.loads(p.read_text())
+        return json.loads(state_path(store).read_text())
     except (OSError, json.JSONDecodeError):
         return None
 
