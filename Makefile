@@ -56,8 +56,10 @@ demo: $(STAMP) sandbox
 # `make test` (CI) runs every test not marked `slow`, the fuzz tests at 60 examples each, in 3 pytest-xdist
 # workers with worksteal: 3 processes on 2 cores overlap the tests that wait (on Ray actors, subprocesses,
 # servers). The suite is CPU-bound: both cores were 197% busy on average in one run. The test processes use
-# about 80% of its CPU, Ray's actors the rest. On 2-core machines, 2026-12-07, 2,267-2,273 passed, 1 skipped:
-# - 10 min 23 s from a fresh clone on a new machine, the install and Chromium's included (9 min 50 s of
+# about 80% of its CPU, Ray's actors the rest. On 2-core machines, 2026-12-07/08, 2,267-2,273 passed, 1 skipped:
+# - 10 min 51 s from a fresh clone at 72d3544, the install and Chromium's included (10 min 17 s of pytest;
+#   uv's cache warm);
+# - 10 min 23 s from a fresh clone on that machine the day before at f5b633d (9 min 50 s of
 #   pytest; uv's cache warm); 12 min 07 s there two hours earlier, uv's cache cold and before the
 #   install's two cuts (10 min 33 s of pytest, another job beside it);
 # - 12 min 16 s and 12 min 05 s from a fresh clone on another machine (11 min 18 s and 11 min 17 s of pytest);
